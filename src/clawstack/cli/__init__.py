@@ -1,0 +1,27 @@
+"""The ``claw`` command tree. Commands are thin: parse, call a subsystem, print."""
+
+from __future__ import annotations
+
+import click
+
+from clawstack import __version__
+from clawstack.cli.demo import demo
+from clawstack.cli.fake_llm import fake_llm
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="claw")
+def cli() -> None:
+    """clawstack: delegate agent work safely."""
+
+
+cli.add_command(demo)
+cli.add_command(fake_llm)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
+
+
+__all__ = ["cli", "main"]

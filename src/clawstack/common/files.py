@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -86,7 +87,12 @@ def write_private(path: str | os.PathLike[str], data: bytes, *, mode: int = PRIV
 
 def read_private(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """Read a file that must be a regular, non-symlinked file of mode 0600 owned by us, at most ``max_bytes``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{path} is a symlink") from exc
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

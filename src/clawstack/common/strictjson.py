@@ -38,8 +38,9 @@ class StrictJSONError(ClawError):
 
 
 # A JSON string literal, used only by the depth pre-scan to skip brackets inside strings.
-_STRING_LITERAL = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_STRING_LITERAL = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = re.compile(rb"[\[\]{}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _key_for_message(key: str) -> str:
@@ -49,10 +50,12 @@ def _key_for_message(key: str) -> str:
 
 def _has_surrogate(text: str) -> bool:
     # Paired escapes decode to one astral code point, so any surrogate left in a decoded str was lone.
-    return any("\ud800" <= ch <= "\udfff" for ch in text)
+    return _SURROGATE.search(text) is not None
 
 
 def _check_depth(data: bytes, max_depth: int) -> None:
+    if data.count(b"[") + data.count(b"{") <= max_depth:
+        return  # cannot nest deeper than the number of openers
     depth = 0
     for match in _BRACKETS.finditer(_STRING_LITERAL.sub(b'""', data)):
         if match.group() in (b"[", b"{"):

@@ -296,7 +296,10 @@ class _PeerCheckedUnixConnector(aiohttp.UnixConnector):
         self._server_uid = server_uid
 
     async def connect(
-        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+        self,
+        req: aiohttp.ClientRequest,
+        traces: list[Any],
+        timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
     ) -> Connection:
         connection = await super().connect(req, traces, timeout)
         transport = connection.transport

@@ -13,8 +13,7 @@ from clawstack.common.digest import DigestError, canonical_json, sha256_digest, 
 from clawstack.common.strictjson import MAX_SAFE_INTEGER, loads, loads_spec
 
 SPEC_EXAMPLE = (
-    b'{"template":"worker","task":"Summarize ticket 42","tools":["ticket-api.get_ticket"],'
-    b'"max_runtime_seconds":900}'
+    b'{"template":"worker","task":"Summarize ticket 42","tools":["ticket-api.get_ticket"],"max_runtime_seconds":900}'
 )
 
 

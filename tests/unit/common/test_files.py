@@ -105,7 +105,7 @@ def test_read_private(tmp_path: Path) -> None:
         read_private(target, max_bytes=10)
     link = tmp_path / "l"
     link.symlink_to(target)
-    with pytest.raises(OSError):
+    with pytest.raises(UnsafePathError, match="symlink"):
         read_private(link, max_bytes=10)
 
 

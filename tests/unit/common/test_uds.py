@@ -30,13 +30,15 @@ from .conftest import NOBODY, requires_root
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 
 
-def make_app(release: asyncio.Event | None = None) -> web.Application:
+def make_app(release: asyncio.Event | None = None, started: asyncio.Event | None = None) -> web.Application:
     async def whoami(request: web.Request) -> web.Response:
         peer = request_peer(request)
         return web.json_response({"uid": peer.uid, "pid": peer.pid})
 
     async def slow(request: web.Request) -> web.Response:
         assert release is not None
+        assert started is not None
+        started.set()
         await release.wait()
         return web.json_response({"done": True})
 
@@ -141,20 +143,21 @@ async def test_stale_socket_is_replaced_and_a_live_one_refused(short_dir: Path) 
 
 
 async def test_stop_waits_for_in_flight_requests(short_dir: Path) -> None:
-    release = asyncio.Event()
+    release, started = asyncio.Event(), asyncio.Event()
     path = sock_dir_in(short_dir) / "api.sock"
-    server = UnixSocketServer(make_app(release), path, shutdown_timeout_s=10)
+    server = UnixSocketServer(make_app(release, started), path, shutdown_timeout_s=10)
     await server.start()
     async with AsyncUnixClient(path) as client:
         in_flight = asyncio.create_task(client.request("GET", "/slow"))
-        await asyncio.sleep(0.05)
+        await started.wait()
         stopping = asyncio.create_task(server.stop())
-        await asyncio.sleep(0.05)
-        assert not stopping.done()
+        done, _ = await asyncio.wait([stopping], timeout=0.3)
+        assert not done  # stop is waiting for the request in flight
         release.set()
         resp = await in_flight
         await stopping
-    assert resp.status == 200 and resp.json() == {"done": True}
+    assert resp.status == 200
+    assert resp.json() == {"done": True}
     await server.stop()  # idempotent
 
 

@@ -6,7 +6,9 @@
      ├── StrictJSONError           (common.strictjson)
      ├── DigestError               (common.digest)
      ├── UnsafePathError           (common.files)
-     └── PeerCredentialError       (common.uds)
+     ├── PeerCredentialError       (common.uds)
+     ├── SocketUnavailableError    (common.uds, retryable)
+     └── LLMError                  (clawstack.llm, its own tree)
 
 Each subsystem draws its own subtree under :class:`ClawError`. Every error carries a stable ``code`` as data so
 that APIs serialise errors instead of parsing messages. Messages never contain credentials or task text.

@@ -7,6 +7,7 @@ import click
 from clawstack import __version__
 from clawstack.cli.demo import demo
 from clawstack.cli.fake_llm import fake_llm
+from clawstack.cli.proxy import proxy
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,6 +18,7 @@ def cli() -> None:
 
 cli.add_command(demo)
 cli.add_command(fake_llm)
+cli.add_command(proxy)
 
 
 def main() -> None:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
-import sys
 from pathlib import Path
 
 import click
 
+from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.llm.errors import FakeScriptError
 from clawstack.llm.fake import FakeModelServer, load_script
 
@@ -87,29 +85,18 @@ def serve(
         script = None if script_path is None else load_script(script_path)
     except FakeScriptError as exc:
         raise click.BadParameter(exc.message, param_hint="--script") from exc
-    logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(log_level)
     server = FakeModelServer(script, host=host, port=port, unix_socket=unix_socket, api_key=api_key or None)
     asyncio.run(_serve(server))
 
 
 async def _serve(server: FakeModelServer) -> None:
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
-    try:
+    async def start() -> str:
         try:
             await server.start()
         except OSError as exc:
             where = server.unix_socket or "the requested TCP address"
             raise click.ClickException(f"cannot listen on {where}: {exc.strerror or exc}") from exc
-        click.echo(f"{READY_PREFIX}{server.address}")
-        sys.stdout.flush()
-        await stopping.wait()
-        logging.getLogger("clawstack.llm.fake").info("stopping on signal")
-    finally:
-        await server.stop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
+        return f"{READY_PREFIX}{server.address}"
+
+    await serve_until_signal(start, server.stop, name="clawstack.llm.fake")

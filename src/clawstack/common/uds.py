@@ -178,7 +178,8 @@ class _PeerCheckedUnixSite(web.BaseSite):
         )
 
 
-def _remove_stale_socket(path: Path) -> None:
+def remove_stale_socket(path: Path) -> None:
+    """Remove a socket file nobody listens on; refuse (``socket_in_use``) a live one or a non-socket."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -229,7 +230,7 @@ class UnixSocketServer:
         _check_path_length(self.path)
         if self._check_dir:
             check_trusted_dir(self.path.parent)
-        _remove_stale_socket(self.path)
+        remove_stale_socket(self.path)
         await self._runner.setup()
         site = _PeerCheckedUnixSite(self._runner, self.path, self.allowed_uids)
         try:
@@ -441,6 +442,7 @@ __all__ = [
     "UnixSocketServer",
     "UnixSocketTransport",
     "peer_credentials",
+    "remove_stale_socket",
     "request_peer",
     "sync_client",
     "verify_socket",

@@ -42,7 +42,10 @@ def percentile(values: list[float], q: float) -> float:
 def process(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "clawstack", *args, "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     try:
@@ -86,8 +89,11 @@ async def timed_requests(
 async def measure(direct_url: str, proxy_url: str, credential: str, requests: int, repeats: int) -> None:
     direct_headers = {"Authorization": "Bearer sk-bench", "Content-Type": "application/json"}
     proxy_headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
-    cases = [("non-streaming, concurrency 1", 1, False), ("non-streaming, concurrency 64", 64, False),
-             ("streaming first byte, concurrency 1", 1, True)]
+    cases = [
+        ("non-streaming, concurrency 1", 1, False),
+        ("non-streaming, concurrency 64", 64, False),
+        ("streaming first byte, concurrency 1", 1, True),
+    ]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         for name, concurrency, stream in cases:
@@ -96,8 +102,10 @@ async def measure(direct_url: str, proxy_url: str, credential: str, requests: in
             await timed_requests(session, proxy_url, proxy_headers, 200, concurrency, stream)
             rows: dict[str, dict[str, list[float]]] = {"direct": {}, "proxy": {}}
             for _ in range(repeats):
-                for label, url, headers in (("direct", direct_url, direct_headers),
-                                            ("proxy", proxy_url, proxy_headers)):
+                for label, url, headers in (
+                    ("direct", direct_url, direct_headers),
+                    ("proxy", proxy_url, proxy_headers),
+                ):
                     samples, wall = await timed_requests(session, url, headers, n, concurrency, stream)
                     rows[label].setdefault("p50", []).append(statistics.median(samples))
                     rows[label].setdefault("p99", []).append(percentile(samples, 0.99))
@@ -111,8 +119,10 @@ async def measure(direct_url: str, proxy_url: str, credential: str, requests: in
             added50 = (med["proxy"]["p50"] - med["direct"]["p50"]) * 1e3
             added99 = (med["proxy"]["p99"] - med["direct"]["p99"]) * 1e3
             ratio = med["proxy"]["p50"] / med["direct"]["p50"]
-            print(f"added by the proxy: p50 {added50:+.3f} ms, p99 {added99:+.3f} ms; p50 ratio {ratio:.2f}x; "
-                  f"throughput ratio {med['proxy']['rps'] / med['direct']['rps']:.2f}x")
+            print(
+                f"added by the proxy: p50 {added50:+.3f} ms, p99 {added99:+.3f} ms; p50 ratio {ratio:.2f}x; "
+                f"throughput ratio {med['proxy']['rps'] / med['direct']['rps']:.2f}x"
+            )
 
 
 def main() -> None:
@@ -127,11 +137,18 @@ def main() -> None:
         with process(["fake-llm", "serve", "--port", "0"]) as ready:
             fake_url = ready.removeprefix("fake-llm listening on ")
             config = base / "proxy.json"
-            config.write_text(json.dumps({
-                "worker": {"port": 0}, "operator": {"port": 0}, "state_dir": "state", "revocation_dir": "rev",
-                "env": {"OPENAI_API_KEY": "sk-bench"},
-                "upstreams": {"openai": {"base_url": fake_url, "api_key_env": "OPENAI_API_KEY"}},
-            }))
+            config.write_text(
+                json.dumps(
+                    {
+                        "worker": {"port": 0},
+                        "operator": {"port": 0},
+                        "state_dir": "state",
+                        "revocation_dir": "rev",
+                        "env": {"OPENAI_API_KEY": "sk-bench"},
+                        "upstreams": {"openai": {"base_url": fake_url, "api_key_env": "OPENAI_API_KEY"}},
+                    }
+                )
+            )
             env = {**os.environ, "CLAW_PROXY_OPERATOR_TOKEN": TOKEN}
             with process(["proxy", "serve", "--config", str(config)], env=env) as line:
                 fields = dict(part.split("=", 1) for part in line.removeprefix("proxy listening: ").split())
@@ -141,11 +158,19 @@ def main() -> None:
                 async def run() -> None:
                     async with ProxyOperatorClient(token=TOKEN, base_url=operator_url) as op:
                         await op.create_identity(
-                            identity_id="bench-run", secret=secret, chain=[ChainEntry("primary", "openai/bench")],
-                            tools=[], expires_at=SystemClock().now() + timedelta(hours=1),
+                            identity_id="bench-run",
+                            secret=secret,
+                            chain=[ChainEntry("primary", "openai/bench")],
+                            tools=[],
+                            expires_at=SystemClock().now() + timedelta(hours=1),
                         )
-                    await measure(fake_url + "/chat/completions", worker_url + "/chat/completions",
-                                  f"bench-run:{secret}", args.requests, args.repeats)
+                    await measure(
+                        fake_url + "/chat/completions",
+                        worker_url + "/chat/completions",
+                        f"bench-run:{secret}",
+                        args.requests,
+                        args.repeats,
+                    )
 
                 asyncio.run(run())
     finally:

@@ -36,6 +36,7 @@ import json
 import os
 import re
 import stat
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,8 +149,9 @@ class _Coverage:
 class TraceJournal:
     """The journal of one proxy process: one capture epoch from :meth:`start` to :meth:`close`.
 
-    Not thread-safe; one asyncio process owns it. :meth:`append` never blocks on the disk for long (no fsync);
-    :meth:`start`, :meth:`seal` and :meth:`close` fsync, so callers on an event loop may run them in a thread.
+    :meth:`append` never waits for the disk to flush (no fsync); :meth:`start`, :meth:`seal` and :meth:`close`
+    do, so callers on an event loop may run them in a worker thread. An internal lock keeps each line whole and
+    the sequence numbers and coverage in file order when they do.
     """
 
     def __init__(self, directory: Path, *, capture_content: bool = False, clock: Clock | None = None) -> None:
@@ -162,6 +164,7 @@ class TraceJournal:
         self._size = 0  # bytes of complete lines in the current file
         self._failed = False
         self._coverage: dict[str, _Coverage] = {}
+        self._mutex = threading.Lock()
 
     @property
     def epoch(self) -> int:
@@ -182,47 +185,48 @@ class TraceJournal:
         ``epoch_start`` line, then replaces the epoch file atomically. Raises :class:`JournalError`
         (``journal_dir_unsafe`` or ``journal_unwritable``).
         """
-        if self._fd is not None and self._epoch is not None:
-            return self._epoch
-        try:
-            ensure_private_dir(self._directory)
-            previous = max(read_capture_epoch(self._directory) or 0, _highest_journal_epoch(self._directory))
-        except UnsafePathError as exc:
-            raise JournalError(f"trace journal directory is unsafe: {exc.code}", code="journal_dir_unsafe") from exc
-        except OSError as exc:
-            raise _io_error("prepare the directory", exc) from exc
-        epoch = previous + 1
-        started_at = format_timestamp(self._clock.now())
-        first = _encode(
-            {
-                "type": "epoch_start",
-                "epoch": epoch,
-                "seq": 0,
-                "ts": started_at,
-                "capture_content": self._capture_content,
-            }
-        )
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(journal_path(self._directory, epoch), flags, 0o600)
-        except OSError as exc:
-            raise _io_error("create the journal file", exc) from exc
-        try:
-            os.fchmod(fd, 0o600)  # exact, whatever the umask
-            _write_all(fd, first + b"\n")
-            os.fsync(fd)
-            # write_private also fsyncs the directory, which makes the new journal file's entry durable too.
-            write_private(self._directory / EPOCH_FILE, _encode({"epoch": epoch, "started_at": started_at}))
-        except OSError as exc:
-            os.close(fd)
-            raise _io_error("start the capture epoch", exc) from exc
-        self._fd = fd
-        self._epoch = epoch
-        self._seq = 0
-        self._size = len(first) + 1
-        self._failed = False
-        self._coverage = {}
-        return epoch
+        with self._mutex:
+            if self._fd is not None and self._epoch is not None:
+                return self._epoch
+            try:
+                ensure_private_dir(self._directory)
+                previous = max(read_capture_epoch(self._directory) or 0, _highest_journal_epoch(self._directory))
+            except UnsafePathError as exc:
+                raise JournalError(f"trace journal directory is unsafe: {exc.code}", code="journal_dir_unsafe") from exc
+            except OSError as exc:
+                raise _io_error("prepare the directory", exc) from exc
+            epoch = previous + 1
+            started_at = format_timestamp(self._clock.now())
+            first = _encode(
+                {
+                    "type": "epoch_start",
+                    "epoch": epoch,
+                    "seq": 0,
+                    "ts": started_at,
+                    "capture_content": self._capture_content,
+                }
+            )
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(journal_path(self._directory, epoch), flags, 0o600)
+            except OSError as exc:
+                raise _io_error("create the journal file", exc) from exc
+            try:
+                os.fchmod(fd, 0o600)  # exact, whatever the umask
+                _write_all(fd, first + b"\n")
+                os.fsync(fd)
+                # write_private also fsyncs the directory, which makes the new journal file's entry durable too.
+                write_private(self._directory / EPOCH_FILE, _encode({"epoch": epoch, "started_at": started_at}))
+            except OSError as exc:
+                os.close(fd)
+                raise _io_error("start the capture epoch", exc) from exc
+            self._fd = fd
+            self._epoch = epoch
+            self._seq = 0
+            self._size = len(first) + 1
+            self._failed = False
+            self._coverage = {}
+            return epoch
 
     def append(self, record: Mapping[str, Any], *, identity_id: str | None) -> str:
         """Write one record and return its digest; attribute it to ``identity_id`` when given.
@@ -231,28 +235,30 @@ class TraceJournal:
         not use those names or a journal record type (``ValueError``). The line is written with one ``write``
         and not fsynced. Raises :class:`JournalError` when the journal is not started or cannot be written.
         """
-        fd = self._require_started()
-        clashing = JOURNAL_FIELDS.intersection(record.keys())
-        if clashing:
-            raise ValueError(f"journal record may not set {sorted(clashing)}; the journal sets them")
-        if record.get("type") in JOURNAL_TYPES:
-            raise ValueError("journal record type is reserved for the journal itself")
-        seq = self._seq + 1
-        fields: dict[str, Any] = {"epoch": self._epoch, "seq": seq, "ts": format_timestamp(self._clock.now())}
-        if identity_id is not None:
-            fields["identity"] = identity_id
-        fields.update(record)
-        line = _encode(fields)
-        self._write(fd, line)
-        self._seq = seq
-        digest = sha256_digest(line)
-        if identity_id is not None:
-            coverage = self._coverage.get(identity_id)
-            if coverage is None:
-                coverage = self._coverage[identity_id] = _Coverage()
-            coverage.count += 1
-            coverage.hasher.update(digest.encode("ascii"))
-        return digest
+        with self._mutex:
+            fd = self._require_started()
+            clashing = JOURNAL_FIELDS.intersection(record.keys())
+            if clashing:
+                raise ValueError(f"journal record may not set {sorted(clashing)}; the journal sets them")
+            record_type = record.get("type")
+            if isinstance(record_type, str) and record_type in JOURNAL_TYPES:
+                raise ValueError("journal record type is reserved for the journal itself")
+            seq = self._seq + 1
+            fields: dict[str, Any] = {"epoch": self._epoch, "seq": seq, "ts": format_timestamp(self._clock.now())}
+            if identity_id is not None:
+                fields["identity"] = identity_id
+            fields.update(record)
+            line = _encode(fields)
+            self._write(fd, line)
+            self._seq = seq
+            digest = sha256_digest(line)
+            if identity_id is not None:
+                coverage = self._coverage.get(identity_id)
+                if coverage is None:
+                    coverage = self._coverage[identity_id] = _Coverage()
+                coverage.count += 1
+                coverage.hasher.update(digest.encode("ascii"))
+            return digest
 
     def coverage(self, identity_id: str) -> tuple[int, str]:
         """``(records, digest)`` for the identity in the current epoch so far (``(0, digest of nothing)``)."""
@@ -267,41 +273,43 @@ class TraceJournal:
         Sealing again writes another seal with the same counts, plus any records appended in between.
         Raises :class:`JournalError` when the journal is not started or cannot be written.
         """
-        fd = self._require_started()
-        assert self._epoch is not None
-        records, digest = self.coverage(identity_id)
-        seq = self._seq + 1
-        line = _encode(
-            {
-                "epoch": self._epoch,
-                "seq": seq,
-                "ts": format_timestamp(self._clock.now()),
-                "identity": identity_id,
-                "type": "coverage_seal",
-                "records": records,
-                "digest": digest,
-            }
-        )
-        self._write(fd, line)
-        self._seq = seq
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            self._fail()
-            raise _io_error("make the coverage seal durable", exc) from exc
-        return CoverageSeal(identity_id=identity_id, epoch=self._epoch, records=records, digest=digest)
+        with self._mutex:
+            fd = self._require_started()
+            assert self._epoch is not None
+            records, digest = self.coverage(identity_id)
+            seq = self._seq + 1
+            line = _encode(
+                {
+                    "epoch": self._epoch,
+                    "seq": seq,
+                    "ts": format_timestamp(self._clock.now()),
+                    "identity": identity_id,
+                    "type": "coverage_seal",
+                    "records": records,
+                    "digest": digest,
+                }
+            )
+            self._write(fd, line)
+            self._seq = seq
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self._fail()
+                raise _io_error("make the coverage seal durable", exc) from exc
+            return CoverageSeal(identity_id=identity_id, epoch=self._epoch, records=records, digest=digest)
 
     def close(self) -> None:
         """Fsync and close the journal file. Idempotent. The epoch stays readable; appends are refused."""
-        fd, self._fd = self._fd, None
-        if fd is None:
-            return
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            raise _io_error("make the journal durable at close", exc) from exc
-        finally:
-            os.close(fd)
+        with self._mutex:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise _io_error("make the journal durable at close", exc) from exc
+            finally:
+                os.close(fd)
 
     def _require_started(self) -> int:
         if self._failed:

@@ -27,6 +27,7 @@ so a second proxy pointed at the same directory is refused instead of interleavi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -34,7 +35,7 @@ import re
 import stat
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -46,6 +47,7 @@ from clawstack.proxy.errors import CapacityError, RevocationError
 LOG_NAME: Final = "revocations.log"
 LOCK_NAME: Final = "lock"
 DEFAULT_MAX_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_COMPACTION_GRACE_S: Final = 24 * 3600.0
 
 _ID_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _ID_RE: Final = re.compile(_ID_PATTERN)
@@ -178,12 +180,20 @@ class RevocationLedger:
     (:meth:`is_revoked`, :meth:`get`) are single dictionary lookups that never wait for it.
     """
 
-    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Clock | None = None,
+        compaction_grace_s: float = DEFAULT_COMPACTION_GRACE_S,
+    ) -> None:
         if max_bytes < MAX_LINE_BYTES:
             raise ValueError(f"max_bytes must be at least {MAX_LINE_BYTES}")
         self._directory = Path(directory)
         self._log_path = self._directory / LOG_NAME
         self._max_bytes = max_bytes
+        self._grace = timedelta(seconds=compaction_grace_s)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._lock_fd: int | None = None
         self._log_fd: int | None = None
@@ -213,10 +223,10 @@ class RevocationLedger:
             self._lock_fd = self._acquire_lock()
             try:
                 self._open_log()
-            except BaseException:
-                # Release the lock on any failure so a corrected retry (or another process) can take the directory.
-                self.close()
-                raise
+            finally:
+                if self._log_fd is None:
+                    # Release the lock when loading failed, so a corrected retry (or another process) can take it.
+                    self.close()
 
     def close(self) -> None:
         """Close the file and release the directory lock. Idempotent; the loaded records stay readable."""
@@ -301,6 +311,7 @@ class RevocationLedger:
             if exc.errno == errno.ELOOP:
                 raise RevocationError("revocation ledger file is a symlink", code="revocation_dir_unsafe") from exc
             raise _unwritable("open the ledger file", exc) from exc
+        loaded = False
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
@@ -313,12 +324,12 @@ class RevocationLedger:
             os.fsync(fd)
             fsync_dir(self._directory)
             scan = _scan(fd)
+            loaded = True
         except OSError as exc:
-            os.close(fd)
             raise _unwritable("read the ledger file", exc) from exc
-        except BaseException:
-            os.close(fd)
-            raise
+        finally:
+            if not loaded:
+                os.close(fd)
         for identity_id, record in scan.records.items():
             known = self._records.get(identity_id)
             self._records[identity_id] = record if known is None else _merge(known, record)
@@ -398,7 +409,8 @@ class RevocationLedger:
         returns its existing record and ``False`` without writing. On any I/O failure this raises
         :class:`RevocationError` (``revocation_unwritable``) and the identity is *not* recorded, so the caller
         must keep refusing it on its own and must not acknowledge the revocation. A revocation is never refused
-        for room: it uses the identity's reservation, which it consumes, or else whatever room is left.
+        for room: it uses the identity's reservation, which it consumes, and an identity that reserved none is
+        recorded even past the bound (the bound is kept by refusing new identities, never revocations).
         """
         with self._mutex:
             _check_identity_id(identity_id)
@@ -420,6 +432,10 @@ class RevocationLedger:
                 _write_all(fd, line)
                 os.fsync(fd)
             except OSError as exc:
+                # Take the unacknowledged line back out at once, so that no reader (the self-test's durability
+                # proof included) takes it for a revocation; if even that fails, the next append truncates first.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._used)
                 raise _unwritable("record the revocation", exc) from exc
             self._torn = False
             self._used += len(line)
@@ -473,14 +489,15 @@ class RevocationLedger:
     def compact(self) -> int:
         """Rewrite the file without the records of identities that have already expired; return bytes freed.
 
-        A record is dropped only when its ``expires_at`` is set and before the clock's now: such an identity is
-        refused for having expired, so its revocation no longer matters. A record without expiry is never
-        dropped. The rewrite is atomic and durable (:func:`~clawstack.common.files.write_private`); on failure
+        A record is dropped only when its ``expires_at`` is set and more than the compaction grace (a day by
+        default) before the clock's now: such an identity is refused for having expired, so its revocation no
+        longer matters, and the grace keeps that true if the wall clock steps back. A record without expiry is
+        never dropped. The rewrite is atomic and durable (:func:`~clawstack.common.files.write_private`); on failure
         the old file stays and :class:`RevocationError` is raised.
         """
         with self._mutex:
             self._require_open()
-            now = self._clock.now()
+            now = self._clock.now() - self._grace
             if self._earliest_expiry is None or self._earliest_expiry >= now:
                 return 0
             keep = {

@@ -45,7 +45,7 @@ from clawstack.proxy.providers import PLAN_PREFIXES, KeyHealth, Upstreams, split
 from clawstack.proxy.revocation import RevocationLedger
 from clawstack.proxy.routing import Attempt, ChainRouter, Committed
 from clawstack.proxy.tool_dispatch import ToolDispatcher, ToolOutcome
-from clawstack.proxy.tools import ToolCatalog, ToolService, parse_descriptor
+from clawstack.proxy.tools import ToolCatalog, ToolService, parse_descriptor, qualified_name_for
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,10 @@ class ProxyService:
                 bearer = self.config.resolve_env(descriptor.auth_env, self._environ)
                 if bearer is None:
                     raise ConfigError(f"proxy config: tools.{name}: {descriptor.auth_env} is not set")
-            services.append(ToolService(descriptor=descriptor, base_url=item.base_url, bearer=bearer))
+            try:
+                services.append(ToolService(descriptor=descriptor, base_url=item.base_url, bearer=bearer))
+            except ValueError as exc:
+                raise ConfigError(f"proxy config: tools.{name}: {exc}") from exc
         return services
 
     # ---------------------------------------------------------------------------------------------- lifecycle
@@ -361,7 +364,7 @@ class ProxyService:
 
     async def dispatch(self, identity: Identity, function_name: str, arguments: str) -> ToolOutcome:
         spec = self.catalog.by_function_name(function_name)
-        qualified = spec.qualified if spec is not None else function_name
+        qualified = spec.qualified if spec is not None else (qualified_name_for(function_name) or function_name)
         refusal = None
         if self.is_revoked(identity):
             refusal = "identity_revoked"
@@ -370,8 +373,7 @@ class ProxyService:
         if refusal is not None or spec is None:
             await self._audit({"event": "tool_refused", "identity": identity.id, "tool": qualified, "reason": refusal})
             self._journal(identity, {"type": "tool_dispatch", "tool": qualified, "outcome": refusal})
-            content = json.dumps({"error": refusal, "message": f"the tool {qualified} is not available to this run"})
-            return ToolOutcome(qualified, False, content, None, "tool_not_allowed", 0.0)
+            return ToolOutcome.refused(qualified)
         await self._audit({"event": "tool_admitted", "identity": identity.id, "tool": qualified})
         outcome = await self.dispatcher.dispatch(spec, arguments)
         self._journal(
@@ -486,7 +488,9 @@ class ProxyService:
             for task in list(identity.inflight):
                 task.cancel()
         async with self._revoke_lock:
-            expires_at = identity.expires_at if identity is not None else None
+            # An unknown id is recorded with the longest lifetime an identity can have, so that its record is
+            # compactable once no identity created before it could still be alive.
+            expires_at = identity.expires_at if identity is not None else self.clock.now() + MAX_IDENTITY_LIFETIME
             try:
                 record, newly = await asyncio.to_thread(self.ledger.record, identity_id, expires_at=expires_at)
             except RevocationError:

@@ -203,14 +203,15 @@ class ToolDispatcher:
             log.info("tool %s did not answer within %g s", name, self._timeout_s)
             raise _Failure("tool_timeout", f"the {name} tool did not answer within {self._timeout_s:g} s") from exc
         except aiohttp.ClientConnectorError as exc:
-            log.warning("tool service %s cannot be reached for %s: %s", spec.service, name, type(exc).__name__)
+            reason = exc.os_error.strerror or type(exc.os_error).__name__
+            log.warning("tool service %s cannot be reached for %s: %s", spec.service, name, reason)
             raise _Failure(
                 "tool_unavailable", f"the {name} tool could not be reached; it did not get the call"
             ) from exc
         except aiohttp.ClientResponseError as exc:  # aiohttp could not parse the answer as HTTP
             log.warning("tool service %s sent a malformed HTTP answer for %s", spec.service, name)
             raise _Failure("tool_bad_response", f"the {name} tool sent a malformed HTTP answer") from exc
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, OSError) as exc:  # after TimeoutError, itself an OSError
             log.warning("the connection to tool service %s broke during %s: %s", spec.service, name, type(exc).__name__)
             raise _Failure(
                 "tool_unavailable",
@@ -311,7 +312,7 @@ async def _read_prefix(resp: aiohttp.ClientResponse) -> bytes:
                 break
             buffer += piece
     except aiohttp.ClientError:
-        pass
+        pass  # a partial error body only loses detail; the status already says what happened
     return bytes(buffer)
 
 

@@ -227,6 +227,7 @@ async def test_unwritable_revocation_dir_never_acknowledges(
         with pytest.raises(LLMHTTPError) as refused:
             await client.list_models()
     assert refused.value.status == 403
+    assert (await stack.operator.durable_revocation(ident))["durable"] is False
     assert (await stack.operator.revoke(ident))["newly_revoked"] is True  # once the disk works again
 
 

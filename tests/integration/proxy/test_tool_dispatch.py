@@ -70,6 +70,7 @@ class Received:
     path: str
     body: bytes
     authorization: str | None
+    cookie: str | None = None
 
 
 @dataclass
@@ -94,7 +95,7 @@ class FakeToolService:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         authorization = request.headers.get("Authorization")
-        self.received.append(Received(request.path, await request.read(), authorization))
+        self.received.append(Received(request.path, await request.read(), authorization, request.headers.get("Cookie")))
         if not request.path.startswith("/open/") and authorization != f"Bearer {TOKEN}":
             return web.json_response({"error": "bad bearer"}, status=401)
         return await handler(request)
@@ -104,7 +105,9 @@ class FakeToolService:
         return web.json_response({"id": arguments.get("id"), "title": "Printer on fire"})
 
     async def _plain(self, request: web.Request) -> web.Response:
-        return web.Response(text="ticket 42 closed", content_type="text/plain")
+        response = web.Response(text="ticket 42 closed", content_type="text/plain")
+        response.set_cookie("planted", "by-ticket-api", path="/")
+        return response
 
     async def _echo_token(self, request: web.Request) -> web.Response:
         return web.json_response({"you_sent": request.headers["Authorization"]})
@@ -333,6 +336,24 @@ async def test_a_service_echoing_the_bearer_does_not_hand_it_to_the_model(
     assert outcome.ok
     assert TOKEN not in outcome.content
     assert json.loads(outcome.content) == {"you_sent": "Bearer [redacted]"}
+
+
+async def test_cookies_set_by_one_service_reach_no_later_call(service: FakeToolService) -> None:
+    # By host name: a cookie jar ignores cookies from IP-address hosts, which would hide a shared jar.
+    by_name = service.base_url.replace("127.0.0.1", "localhost")
+    catalog = ToolCatalog(
+        [
+            ToolService(
+                parse_descriptor("ticket-api", _descriptor(TICKET_TOOLS, env="TICKET_API_TOKEN")), by_name, TOKEN
+            ),
+            ToolService(parse_descriptor("open-api", _descriptor(["lookup"], env=None, prefix="/")), by_name + "/open"),
+        ]
+    )
+    async with ToolDispatcher(catalog, timeout_s=10.0) as dispatcher:
+        assert (await dispatcher.dispatch(_spec(catalog, "ticket-api.plain"), "{}")).ok
+        assert (await dispatcher.dispatch(_spec(catalog, "open-api.lookup"), "{}")).ok
+        assert (await dispatcher.dispatch(_spec(catalog, "ticket-api.get_ticket"), "{}")).ok
+    assert [r.cookie for r in service.received] == [None, None, None]
 
 
 async def test_concurrent_dispatches_share_the_session(

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import zoneinfo
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def directory(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ledger(directory: Path, clock: ManualClock) -> Iterator[RevocationLedger]:
-    with RevocationLedger(directory, clock=clock) as opened:
+    """A ledger without compaction grace, so that tests can place expiries exactly at the boundary."""
+    with RevocationLedger(directory, clock=clock, compaction_grace_s=0) as opened:
         yield opened
 
 
@@ -217,6 +219,25 @@ def test_closed_ledger_refuses_writes_but_answers_queries(directory: Path, clock
     assert info.value.code == "revocation_unwritable"
 
 
+def test_records_from_worker_threads_alongside_reserves(ledger: RevocationLedger, directory: Path) -> None:
+    # The proxy records in a worker thread (asyncio.to_thread) while the event loop reserves.
+    def revoke(n: int) -> None:
+        for m in range(25):
+            ledger.record(f"run-{n}-{m}", expires_at=None)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(revoke, n) for n in range(8)]
+        for n in range(200):
+            ledger.reserve(f"new-{n}", expires_at=None)
+        for future in futures:
+            future.result()
+    assert ledger.record_count == 200
+    assert ledger.reserved_bytes == sum(len(f"v1 new-{n} {'0' * 12} -\n") for n in range(200))
+    lines = (directory / LOG_NAME).read_bytes().splitlines()
+    assert len(lines) == 200
+    assert ledger.used_bytes == (directory / LOG_NAME).stat().st_size
+
+
 # ---------------------------------------------------------------------------------------------- fsync order
 
 
@@ -312,7 +333,7 @@ def test_a_partial_write_is_truncated_before_the_next_append(
     fail_on_log(monkeypatch, "write", log, errno.ENOSPC, partial=True)
     with pytest.raises(RevocationError):
         ledger.record("run-a", expires_at=None)
-    assert log.read_bytes() != b""  # half a line reached the file
+    assert log.read_bytes() == b""  # the half line that reached the file was taken back out at once
     assert not ledger.is_revoked("run-a")
     # A restart now would ignore the torn line rather than refuse the file or believe it.
     assert RevocationLedger(directory).read_durable("run-a") is None
@@ -422,7 +443,7 @@ def test_duplicate_lines_keep_the_longest_lasting_record(directory: Path, clock:
 
 
 def test_reserve_refuses_at_the_bound_and_compaction_frees_only_expired(directory: Path, clock: ManualClock) -> None:
-    ledger = RevocationLedger(directory, max_bytes=1024, clock=clock)
+    ledger = RevocationLedger(directory, max_bytes=1024, clock=clock, compaction_grace_s=0)
     ledger.open()
     soon = START + timedelta(minutes=5)
     later = START + timedelta(days=1)
@@ -472,7 +493,7 @@ def test_reserve_refuses_at_the_bound_and_compaction_frees_only_expired(director
     # The ledger follows the rewritten file: new records land in it and survive a restart.
     ledger.record("run-new", expires_at=None)
     ledger.close()
-    with RevocationLedger(directory, max_bytes=1024, clock=clock) as reopened:
+    with RevocationLedger(directory, max_bytes=1024, clock=clock, compaction_grace_s=0) as reopened:
         assert reopened.is_revoked("run-new")
         assert reopened.record_count == len(expiries) - len(dropped) + 1
         assert not any(reopened.is_revoked(identity) for identity in live)
@@ -488,6 +509,18 @@ def test_compaction_keeps_a_record_expiring_exactly_now(ledger: RevocationLedger
     assert not ledger.is_revoked("run-past")
 
 
+def test_compaction_waits_out_the_grace(directory: Path, clock: ManualClock) -> None:
+    # A wall clock stepped back must not revive an expired identity whose record was dropped: keep it a day.
+    with RevocationLedger(directory, clock=clock) as ledger:
+        ledger.record("run-past", expires_at=START + timedelta(seconds=1))
+        clock.advance(3600)
+        assert ledger.compact() == 0
+        assert ledger.is_revoked("run-past")
+        clock.advance(24 * 3600)
+        assert ledger.compact() > 0
+        assert not ledger.is_revoked("run-past")
+
+
 def test_records_without_expiry_are_never_compacted(ledger: RevocationLedger, clock: ManualClock) -> None:
     for n in range(5):
         ledger.record(f"run-{n}", expires_at=None)
@@ -498,7 +531,7 @@ def test_records_without_expiry_are_never_compacted(ledger: RevocationLedger, cl
 
 def test_a_revocation_is_never_refused_for_room(directory: Path, clock: ManualClock) -> None:
     a, b, c = "a" * 100, "b" * 100, "c" * 100
-    with RevocationLedger(directory, max_bytes=MAX_LINE_BYTES, clock=clock) as ledger:
+    with RevocationLedger(directory, max_bytes=MAX_LINE_BYTES, clock=clock, compaction_grace_s=0) as ledger:
         ledger.reserve(a, expires_at=None)
         with pytest.raises(CapacityError):
             ledger.reserve(b, expires_at=None)
@@ -546,7 +579,7 @@ def test_missing_directory_is_created_private(tmp_path: Path, clock: ManualClock
     directory = tmp_path / "a" / "b" / "revocations"
     old_umask = os.umask(0)
     try:
-        with RevocationLedger(directory, clock=clock) as ledger:
+        with RevocationLedger(directory, clock=clock, compaction_grace_s=0) as ledger:
             ledger.record("run-a", expires_at=None)
     finally:
         os.umask(old_umask)

@@ -333,3 +333,39 @@ async def test_concurrent_revocations_and_creations(make_stack: StackFactory) ->
     assert all(r["revoked"] for r in results)
     log = (stack.base / "revocations" / "revocations.log").read_text().splitlines()
     assert len(log) == 20
+
+
+async def test_new_identities_are_refused_before_the_ledger_could_overflow(make_stack: StackFactory) -> None:
+    stack = await make_stack(config_extra={"revocation_max_bytes": 4096})
+    created: list[str] = []
+    with pytest.raises(ProxyError) as info:
+        for _ in range(200):
+            created.append((await stack.identity())[0])
+    assert (info.value.status, info.value.code) == (503, "revocation_capacity")
+    assert 10 < len(created) < 200
+    # Every identity that was admitted can still be revoked, durably.
+    for ident in created:
+        assert (await stack.operator.revoke(ident))["newly_revoked"] is True
+    assert (stack.base / "revocations" / "revocations.log").stat().st_size <= 4096
+
+
+async def test_worker_api_on_a_unix_socket(tmp_path: Path, short_dir: Path) -> None:
+    from clawstack.llm import LLMClient
+    from clawstack.llm.fake import FakeModelServer
+
+    async with FakeModelServer() as fake:
+        config = proxy_config(tmp_path, {"openai": fake.base_url}, worker={"unix_socket": str(short_dir / "w.sock")})
+        async with (
+            ProxyServer(config, environ=ENVIRON) as proxy,
+            ProxyOperatorClient(token=OPERATOR_TOKEN, base_url=proxy.operator_base_url) as op,
+        ):
+            assert proxy.worker_port is None
+            secret = new_secret()
+            await op.create_identity(identity_id="run-u", secret=secret, chain=CHAIN, tools=[], expires_at=in_an_hour())
+            async with LLMClient(
+                "http://proxy/v1", unix_socket=str(short_dir / "w.sock"), api_key=f"run-u:{secret}"
+            ) as c:
+                done = await c.chat_completion(
+                    model="primary", messages=[{"role": "user", "content": "@fake reply: u"}]
+                )
+            assert done.content == "u"

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,16 +27,6 @@ KEYS = {
     "TICKET_TOKEN": "tool-bearer-" + "b" * 24,
 }
 ENVIRON = {"CLAW_PROXY_OPERATOR_TOKEN": OPERATOR_TOKEN}
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))
-    os.chmod(path, 0o700)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def proxy_config(base: Path, upstreams: dict[str, str], **extra: Any) -> ProxyConfig:

@@ -338,9 +338,13 @@ async def test_concurrent_revocations_and_creations(make_stack: StackFactory) ->
 async def test_new_identities_are_refused_before_the_ledger_could_overflow(make_stack: StackFactory) -> None:
     stack = await make_stack(config_extra={"revocation_max_bytes": 4096})
     created: list[str] = []
-    with pytest.raises(ProxyError) as info:
+
+    async def fill() -> None:
         for _ in range(200):
             created.append((await stack.identity())[0])
+
+    with pytest.raises(ProxyError) as info:
+        await fill()
     assert (info.value.status, info.value.code) == (503, "revocation_capacity")
     assert 10 < len(created) < 200
     # Every identity that was admitted can still be revoked, durably.

@@ -7,6 +7,7 @@ import click
 from clawstack import __version__
 from clawstack.cli.demo import demo
 from clawstack.cli.fake_llm import fake_llm
+from clawstack.cli.pod import down_command, up_command
 from clawstack.cli.proxy import proxy
 
 
@@ -19,6 +20,8 @@ def cli() -> None:
 cli.add_command(demo)
 cli.add_command(fake_llm)
 cli.add_command(proxy)
+cli.add_command(up_command)
+cli.add_command(down_command)
 
 
 def main() -> None:

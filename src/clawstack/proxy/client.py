@@ -163,8 +163,13 @@ class ProxyOperatorClient:
         _, body = await self._call("GET", "/v1/health")
         return body  # type: ignore[no-any-return]
 
-    async def self_test(self, *, worker_base_url: str) -> SelfTestReport:
-        """The revocation self-test. Raises ``ProxyError(code="revocation_self_test_failed")`` unless it passes."""
+    async def self_test(
+        self, *, worker_base_url: str | None = None, worker_unix_socket: str | None = None
+    ) -> SelfTestReport:
+        """The revocation self-test against the worker API at ``worker_base_url`` (``http://…/v1``) or on
+        ``worker_unix_socket``. Raises ``ProxyError(code="revocation_self_test_failed")`` unless it passes."""
+        if (worker_base_url is None) == (worker_unix_socket is None):
+            raise ValueError("give exactly one of worker_base_url and worker_unix_socket")
         started = self._clock.monotonic()
         identity_id, secret = new_id("selftest-"), new_secret()
         await self.create_identity(
@@ -176,7 +181,9 @@ class ProxyOperatorClient:
             labels={"purpose": "revocation-self-test"},
         )
         revoked = (await self.revoke(identity_id)).get("revoked") is True
-        refused = await _worker_refusal(worker_base_url, f"{identity_id}:{secret}", self._timeout_s)
+        refused = await _worker_refusal(
+            worker_base_url or "http://proxy/v1", worker_unix_socket, f"{identity_id}:{secret}", self._timeout_s
+        )
         durable = (await self.durable_revocation(identity_id)).get("durable") is True
         report = SelfTestReport(identity_id, revoked, refused, durable, (self._clock.monotonic() - started) * 1000)
         if not report.passed:
@@ -188,11 +195,14 @@ class ProxyOperatorClient:
         return report
 
 
-async def _worker_refusal(worker_base_url: str, credential: str, timeout_s: float) -> str | None:
+async def _worker_refusal(
+    worker_base_url: str, worker_unix_socket: str | None, credential: str, timeout_s: float
+) -> str | None:
     """Call the worker API with a credential; return the refusal code, or ``None`` if it was served."""
+    connector = aiohttp.UnixConnector(path=worker_unix_socket) if worker_unix_socket else None
     try:
         async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
             session.get(
                 worker_base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {credential}"}
             ) as resp,

@@ -18,21 +18,21 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from clawstack.common.clock import Clock
+from clawstack.pod.values import PLAN_PREFIXES, PROVIDER_KEY_ENV, split_model_ref
 from clawstack.proxy.config import ProxyConfig, Upstream
 
-BUILTIN_UPSTREAMS: Final[Mapping[str, Upstream]] = {
-    "openai": Upstream(base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY"),
-    "anthropic": Upstream(base_url="https://api.anthropic.com/v1", api_key_env="ANTHROPIC_API_KEY"),
-    "xai": Upstream(base_url="https://api.x.ai/v1", api_key_env="XAI_API_KEY"),
-    "google": Upstream(
-        base_url="https://generativelanguage.googleapis.com/v1beta/openai", api_key_env="GEMINI_API_KEY"
-    ),
-    "meta": Upstream(base_url="https://api.llama.com/compat/v1", api_key_env="LLAMA_API_KEY"),
-    "openrouter": Upstream(base_url="https://openrouter.ai/api/v1", api_key_env="OPENROUTER_API_KEY"),
-    "vercel": Upstream(base_url="https://ai-gateway.vercel.sh/v1", api_key_env="AI_GATEWAY_API_KEY"),
+_BASE_URLS: Final = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com/v1",
+    "xai": "https://api.x.ai/v1",
+    "google": "https://generativelanguage.googleapis.com/v1beta/openai",
+    "meta": "https://api.llama.com/compat/v1",
+    "openrouter": "https://openrouter.ai/api/v1",
+    "vercel": "https://ai-gateway.vercel.sh/v1",
 }
-PLAN_PREFIXES: Final = frozenset({"chatgpt"})
-NESTED_PREFIXES: Final = frozenset({"vercel", "openrouter"})
+BUILTIN_UPSTREAMS: Final[Mapping[str, Upstream]] = {
+    prefix: Upstream(base_url=url, api_key_env=PROVIDER_KEY_ENV[prefix]) for prefix, url in _BASE_URLS.items()
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +46,7 @@ class Route:
     key_id: str
     credential_class: Literal["api_key", "subscription"]
     plan: bool = False
-
-
-def split_ref(ref: str) -> tuple[str, str] | None:
-    """``provider/model`` -> ``(provider, model)``; ``None`` when the shape is wrong."""
-    prefix, sep, model = ref.partition("/")
-    if not sep or not prefix or not model or any(not part for part in model.split("/")):
-        return None
-    if prefix in NESTED_PREFIXES and "/" not in model:
-        return None
-    return prefix, model
+    keyless: bool = False  # a self-hosted upstream configured without a key variable
 
 
 class Upstreams:
@@ -71,7 +62,7 @@ class Upstreams:
 
     def resolve(self, ref: str) -> Route | None:
         """The route for ``ref``, or ``None`` for an unknown prefix or a malformed reference."""
-        parts = split_ref(ref)
+        parts = split_model_ref(ref)
         if parts is None:
             return None
         prefix, model = parts
@@ -82,7 +73,15 @@ class Upstreams:
             return None
         key = self._config.resolve_env(upstream.api_key_env, self._environ) if upstream.api_key_env else None
         key_id = f"{prefix}:{upstream.api_key_env or '-'}"
-        return Route(prefix, model, upstream.base_url, key, key_id, upstream.credential_class)
+        return Route(
+            prefix,
+            model,
+            upstream.base_url,
+            key,
+            key_id,
+            upstream.credential_class,
+            keyless=upstream.api_key_env is None,
+        )
 
 
 @dataclass(slots=True)
@@ -122,4 +121,4 @@ class KeyHealth:
         return {key: reason for key in list(self._states) if (reason := self.blocked(key)) is not None}
 
 
-__all__ = ["BUILTIN_UPSTREAMS", "PLAN_PREFIXES", "KeyHealth", "Route", "Upstreams", "split_ref"]
+__all__ = ["BUILTIN_UPSTREAMS", "KeyHealth", "Route", "Upstreams"]

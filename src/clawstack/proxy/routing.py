@@ -136,7 +136,7 @@ class ChainRouter:
                 failure = _Failure("no_route", None)
             elif route.plan:
                 failure = _Failure("subscription_signin_required", None)
-            elif route.api_key is None:
+            elif route.api_key is None and not route.keyless:
                 failure = _Failure("no_credential", None)
             elif (blocked := self._health.blocked(route.key_id)) is not None:
                 failure = _Failure(blocked, None)
@@ -171,11 +171,12 @@ class ChainRouter:
         self, route: Route, payload: bytes, *, stream: bool
     ) -> tuple[aiohttp.ClientResponse, bytes, float] | _Failure:
         headers = {
-            "Authorization": f"Bearer {route.api_key}",
             "Content-Type": "application/json",
             "Accept": "text/event-stream" if stream else "application/json",
             "User-Agent": f"clawstack-proxy/{__version__}",
         }
+        if route.api_key is not None:
+            headers["Authorization"] = f"Bearer {route.api_key}"
         started = self._clock.monotonic()
         response: aiohttp.ClientResponse | None = None
         try:

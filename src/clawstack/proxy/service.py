@@ -28,6 +28,7 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock, format_timestamp
 from clawstack.common.files import ensure_private_dir, fsync_dir
 from clawstack.common.ids import new_id
+from clawstack.pod.values import PLAN_PREFIXES, split_model_ref
 from clawstack.proxy.chat import ChatFlow, provider_object
 from clawstack.proxy.config import ProxyConfig
 from clawstack.proxy.errors import (
@@ -41,7 +42,7 @@ from clawstack.proxy.errors import (
 )
 from clawstack.proxy.identities import IDENTITY_ID, ChainEntry, Identity, IdentityStore, hash_secret
 from clawstack.proxy.journal import TraceJournal, read_capture_epoch
-from clawstack.proxy.providers import PLAN_PREFIXES, KeyHealth, Upstreams, split_ref
+from clawstack.proxy.providers import KeyHealth, Upstreams
 from clawstack.proxy.revocation import RevocationLedger
 from clawstack.proxy.routing import Attempt, ChainRouter, Committed
 from clawstack.proxy.tool_dispatch import ToolDispatcher, ToolOutcome
@@ -411,7 +412,7 @@ class ProxyService:
             expected = "primary" if position == 0 else "fallback" if position == 1 else f"fallback-{position}"
             if item.slot != expected:
                 raise RequestError(f"chain[{position}] must be slot {expected}", code="chain_invalid")
-            parts = split_ref(item.ref)
+            parts = split_model_ref(item.ref)
             if parts is None or not self.upstreams.known_prefix(parts[0]):
                 raise RequestError(
                     f"chain[{position}]: unknown provider or malformed model reference", code="model_ref_unknown"

@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clawstack.common.clock import ManualClock
+from clawstack.pod.values import split_model_ref as split_ref
 from clawstack.proxy.chat import provider_object
 from clawstack.proxy.config import load_config, parse_config
 from clawstack.proxy.errors import AuthError, ConfigError, RequestError
-from clawstack.proxy.providers import KeyHealth, Upstreams, split_ref
+from clawstack.proxy.providers import KeyHealth, Upstreams
 from clawstack.proxy.routing import _retry_after_s
 from clawstack.proxy.service import parse_credentials
 

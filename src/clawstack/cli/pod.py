@@ -1,0 +1,84 @@
+"""``claw up`` and ``claw down``: compile a pod and start or stop its long-lived part (the proxy)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from clawstack.cli._serving import configure_logging, serve_until_signal
+from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.errors import PodError
+from clawstack.pod.up import compile_only, down, up
+from clawstack.proxy.config import load_config
+from clawstack.proxy.errors import ProxyError
+from clawstack.proxy.server import ProxyServer
+
+POD_OPTION = click.option(
+    "--pod",
+    "pod_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The pod directory (holding claw-pod.yml).",
+)
+
+
+@click.command(name="up")
+@POD_OPTION
+@click.option("-d", "--detach", is_flag=True, help="Start the pod's proxy in the background and return once healthy.")
+@click.option("--check", is_flag=True, help="Only load and compile the pod; write and start nothing.")
+def up_command(pod_dir: Path, detach: bool, check: bool) -> None:
+    """Compile the pod's per-run templates and start its long-lived part.
+
+    Writes .claw-runs/templates/<service>.json and the proxy's private context, then runs the pod's proxy: in
+    the foreground until SIGTERM or SIGINT, or with -d in the background. Refuses while the pod lock is held
+    (a running supervisor, another claw up or claw down). An unchanged pod restarts nothing.
+    """
+    try:
+        if check:
+            compiled = compile_only(pod_dir)
+            for template in compiled.templates:
+                click.echo(f"{template.name}: {template.id} ({template.document['profile']})")
+            return
+        result = up(pod_dir, detach=detach)
+    except PodError as exc:
+        raise click.ClickException(exc.message) from exc
+    for template in result.compiled.templates:
+        click.echo(f"template {template.name}: {template.id}")
+    for warning in result.compiled.spec.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if detach:
+        state = "started" if result.changed else "unchanged, still running"
+        click.echo(f"proxy {state} (pid {result.proxy_pid})")
+        return
+    if result.compiled.spec.backend == "compose":
+        click.echo("compose project written; run claw up -d to start it")
+        return
+    _serve_proxy(PodPaths(pod_dir.resolve()))
+
+
+def _serve_proxy(paths: PodPaths) -> None:
+    configure_logging("info")
+    try:
+        server = ProxyServer(load_config(paths.proxy_config))
+    except ProxyError as exc:
+        raise click.ClickException(exc.message) from exc
+
+    async def start() -> str:
+        await server.start()
+        return f"proxy listening: worker=unix:{paths.worker_socket} operator=unix:{paths.operator_socket}"
+
+    asyncio.run(serve_until_signal(start, server.stop, name="clawstack.proxy"))
+
+
+@click.command(name="down")
+@POD_OPTION
+def down_command(pod_dir: Path) -> None:
+    """Stop the pod's long-lived part. Task homes and the revocation ledger stay in place."""
+    try:
+        stopped = down(pod_dir)
+    except PodError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo("stopped" if stopped else "nothing was running")

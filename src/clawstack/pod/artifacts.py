@@ -1,0 +1,222 @@
+"""Where a compiled pod lives on disk, writing it, and reading its templates back as ``GET /v1/templates`` does.
+
+::
+
+    <pod>/.claw-runs/                 0700  the supervisor's state (ledger, secrets, results) and, from claw up:
+        templates/<service>.json      0600  one per per-run template
+        pod.lock                            the pod lock
+    <pod>/.claw-runtime/              0700  rotated by claw up
+        proxy/proxy.json              0600  the proxy's configuration, credentials and operator token included
+        proxy/context/<service>.json  0600  each template's proxy context (credential names only)
+        proxy/tools/<service>.json    0600  tool descriptors
+        proxy/state/ proxy/journal/   0700  the proxy's identities and trace journal
+        sock/                         0700  the proxy's sockets (under /tmp when the pod path is too long)
+    <pod>/.claw-revocations/          0700  the proxy's revocation ledger; never rotated
+    <pod>/compose.generated.yml       0600  under the compose backend
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from clawstack.common.digest import spec_digest
+from clawstack.common.files import ensure_private_dir, read_private, write_private
+from clawstack.common.ids import new_secret
+from clawstack.common.strictjson import StrictJSONError
+from clawstack.common.strictjson import loads as strict_loads
+from clawstack.pod.compile import CompiledPod
+from clawstack.pod.errors import PodError
+
+OPERATOR_TOKEN_ENV: Final = "CLAW_PROXY_OPERATOR_TOKEN"  # noqa: S105 (a variable name)
+MAX_TEMPLATE_BYTES: Final = 4 * 1024 * 1024
+MAX_SOCKET_DIR_BYTES: Final = 80
+
+
+@dataclass(frozen=True, slots=True)
+class PodPaths:
+    """Every path of a pod's compiled state."""
+
+    pod: Path
+
+    @property
+    def runs(self) -> Path:
+        return self.pod / ".claw-runs"
+
+    @property
+    def templates(self) -> Path:
+        return self.runs / "templates"
+
+    @property
+    def lock(self) -> Path:
+        return self.runs / "pod.lock"
+
+    @property
+    def runtime(self) -> Path:
+        return self.pod / ".claw-runtime"
+
+    @property
+    def proxy(self) -> Path:
+        return self.runtime / "proxy"
+
+    @property
+    def proxy_config(self) -> Path:
+        return self.proxy / "proxy.json"
+
+    @property
+    def contexts(self) -> Path:
+        return self.proxy / "context"
+
+    @property
+    def revocations(self) -> Path:
+        return self.pod / ".claw-revocations"
+
+    @property
+    def compose_file(self) -> Path:
+        return self.pod / "compose.generated.yml"
+
+    @property
+    def sockets(self) -> Path:
+        """The proxy's socket directory: in the pod when its path is short enough, else a private /tmp one."""
+        local = self.runtime / "sock"
+        if len(os.fsencode(local)) <= MAX_SOCKET_DIR_BYTES:
+            return local
+        digest = hashlib.sha256(os.fsencode(self.pod)).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"claw-{os.geteuid()}-{digest}"
+
+    @property
+    def operator_socket(self) -> Path:
+        return self.sockets / "operator.sock"
+
+    @property
+    def worker_socket(self) -> Path:
+        return self.sockets / "worker.sock"
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def existing_operator_token(paths: PodPaths) -> str | None:
+    try:
+        config = json.loads(read_private(paths.proxy_config, max_bytes=MAX_TEMPLATE_BYTES))
+        token = config["env"][OPERATOR_TOKEN_ENV]
+    except (OSError, PodError, ValueError, KeyError, TypeError):
+        return None
+    return token if isinstance(token, str) and len(token) >= 32 else None
+
+
+def proxy_config(compiled: CompiledPod, paths: PodPaths, operator_token: str) -> dict[str, Any]:
+    """The configuration ``claw proxy serve`` starts with for this pod."""
+    spec = compiled.spec
+    config: dict[str, Any] = {
+        "worker": {"unix_socket": str(paths.worker_socket)},
+        "operator": {"unix_socket": str(paths.operator_socket)},
+        "operator_token_env": OPERATOR_TOKEN_ENV,
+        "state_dir": str(paths.proxy / "state"),
+        "revocation_dir": str(paths.revocations),
+        "env": {**compiled.credentials, OPERATOR_TOKEN_ENV: operator_token},
+        "upstreams": {
+            prefix: {"base_url": up.base_url, **({"api_key_env": up.api_key_env} if up.api_key_env else {})}
+            for prefix, up in sorted(spec.upstreams.items())
+        },
+        "tools": {
+            decl.name: {"base_url": decl.endpoint, "descriptor_file": str(paths.proxy / "tools" / f"{decl.name}.json")}
+            for decl in spec.tool_services
+        },
+    }
+    if spec.journal:
+        config["journal"] = {"directory": str(paths.proxy / "journal")}
+    return config
+
+
+def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | None = None) -> str:
+    """Write the compiled pod; return the operator token in use. Templates no longer in the pod are removed."""
+    token = operator_token or existing_operator_token(paths) or new_secret(32)
+    for directory in (paths.runs, paths.templates, paths.runtime, paths.proxy, paths.contexts, paths.proxy / "tools"):
+        ensure_private_dir(directory)
+    ensure_private_dir(paths.revocations)
+    ensure_private_dir(paths.sockets)
+    for service, descriptor in compiled.descriptors.items():
+        write_private(paths.proxy / "tools" / f"{service}.json", descriptor)
+    for template in compiled.templates:
+        write_private(paths.contexts / f"{template.name}.json", _json(template.context))
+    write_private(paths.proxy_config, _json(proxy_config(compiled, paths, token)))
+    keep = {f"{t.name}.json" for t in compiled.templates}
+    for template in compiled.templates:
+        write_private(paths.templates / f"{template.name}.json", _json(template.document))
+    for stale in paths.templates.glob("*.json"):
+        if stale.name not in keep:
+            stale.unlink()
+            (paths.contexts / stale.name).unlink(missing_ok=True)
+    return token
+
+
+def _verified(paths: PodPaths, file: Path) -> dict[str, Any] | None:
+    try:
+        document = strict_loads(read_private(file, max_bytes=MAX_TEMPLATE_BYTES), max_depth=16)
+        context = strict_loads(read_private(paths.contexts / file.name, max_bytes=MAX_TEMPLATE_BYTES), max_depth=16)
+    except (OSError, PodError, StrictJSONError):
+        return None
+    if not isinstance(document, dict) or not isinstance(context, dict):
+        return None
+    body = {k: v for k, v in document.items() if k != "id"}
+    if (
+        document.get("name") != file.stem
+        or document.get("id") != spec_digest(body)
+        or document.get("context_digest") != spec_digest(context)
+    ):
+        return None
+    return document
+
+
+def load_template(paths: PodPaths, name: str) -> dict[str, Any]:
+    """A compiled template that verifies against its own id and context digest, or a PodError."""
+    file = paths.templates / f"{name}.json"
+    if not file.exists():
+        raise PodError(f"the template {name!r} is not compiled for this pod", code="template_unknown")
+    document = _verified(paths, file)
+    if document is None:
+        raise PodError(f"the template {name!r} does not verify; run claw up again", code="template_invalid")
+    return document
+
+
+def list_templates(paths: PodPaths) -> dict[str, Any]:
+    """The spec's ``GET /v1/templates`` body: verified templates, and the names of any that do not verify."""
+    templates, invalid = [], []
+    files = sorted(paths.templates.glob("*.json")) if paths.templates.is_dir() else []
+    for file in files:
+        document = _verified(paths, file)
+        if document is None:
+            invalid.append(file.stem)
+            continue
+        templates.append(
+            {
+                "name": document["name"],
+                "id": document["id"],
+                "context_digest": document["context_digest"],
+                "models": [
+                    {k: m[k] for k in ("slot", "ref", "requested") if k in m} for m in document.get("models", [])
+                ],
+                "profile": document["profile"],
+                "content_targets": document.get("content_targets", []),
+                "data_policy": document.get("data_policy", {}),
+            }
+        )
+    return {"templates": templates, "invalid": invalid}
+
+
+__all__ = [
+    "OPERATOR_TOKEN_ENV",
+    "PodPaths",
+    "existing_operator_token",
+    "list_templates",
+    "load_template",
+    "proxy_config",
+    "write_pod",
+]

@@ -1,0 +1,278 @@
+"""Compiling a validated pod into run templates, the proxy's private context, and (under compose) a Compose file.
+
+Everything is built in memory first; :mod:`clawstack.pod.artifacts` writes it only when the whole pod compiled.
+
+A template's ``id`` is the spec digest of its whole document (runner pin, contract, grant, limits, network, model
+chain, profile, content, data policy and ``context_digest``); ``context_digest`` is the digest of the template's
+proxy context with every credential replaced by its variable name. So rotating only a credential keeps the id, and
+changing an endpoint, a tool, a model or a policy changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from clawstack.pod.images import ImageInfo, inspect_image
+
+from clawstack.common.digest import sha256_digest, spec_digest
+from clawstack.pod.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
+from clawstack.pod.errors import BackendError, ValidationError
+from clawstack.pod.podfile import POD_FILE, PodSpec, Template
+from clawstack.pod.values import PLAN_PREFIXES
+
+TEMPLATE_SCHEMA: Final = 1
+LOCAL_RUNNERS: Final = {"clawstack/oneshot": "oneshot", "clawstack/hermes": "hermes"}
+STATELESS_TYPES: Final = frozenset({"oneshot", "picoclaw"})
+TASK_HOME_TYPES: Final = frozenset({"hermes"})
+HERMES_MODULE: Final = "clawstack.worker.hermes"
+
+ImageInspector = Callable[[str], ImageInfo]
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTemplate:
+    name: str
+    document: Mapping[str, Any]  # the template file, ``id`` included
+    context: Mapping[str, Any]  # the template's proxy context, credentials redacted
+
+    @property
+    def id(self) -> str:
+        return str(self.document["id"])
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPod:
+    spec: PodSpec
+    templates: tuple[CompiledTemplate, ...]
+    descriptors: Mapping[str, bytes]  # tool service -> descriptor bytes, for the proxy
+    credentials: Mapping[str, str]  # every cllama-env value, by name: the proxy's private env
+    network: Mapping[str, Any]
+
+    @property
+    def digest(self) -> str:
+        """A digest of everything compiled, credentials included (so a rotation is a change to apply)."""
+        return spec_digest(
+            {
+                "templates": [t.document for t in self.templates],
+                "descriptors": {k: sha256_digest(v) for k, v in self.descriptors.items()},
+                "credentials": {k: sha256_digest(v.encode()) for k, v in self.credentials.items()},
+            }
+        )
+
+
+def module_files(modules: tuple[str, ...]) -> list[tuple[str, Path]]:
+    files = []
+    for name in sorted(modules):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise BackendError(f"the runner module {name} is not installed")
+        files.append((name, Path(spec.origin)))
+    return files
+
+
+def runner_digest(modules: tuple[str, ...]) -> str:
+    """A digest of exactly what a built-in runner executes: the interpreter's version and every module file."""
+    hasher = hashlib.sha256(f"python {sys.version}\n".encode())
+    for name, path in module_files(modules):
+        hasher.update(f"{name}\n".encode())
+        hasher.update(hashlib.sha256(path.read_bytes()).hexdigest().encode())
+    return "sha256:" + hasher.hexdigest()
+
+
+def _local_runner(template: Template, where: str) -> dict[str, Any]:
+    if template.build is not None or template.image not in LOCAL_RUNNERS:
+        raise BackendError(
+            "under the local backend a per-run service's image names a built-in runner: clawstack/oneshot "
+            "(stateless) or clawstack/hermes (task home); to run an image of your own, set x-claw.backend: compose",
+            where=where,
+        )
+    runner_type = LOCAL_RUNNERS[template.image]
+    _check_profile(template, runner_type, where)
+    if runner_type == "hermes":
+        if importlib.util.find_spec(HERMES_MODULE) is None:
+            raise BackendError(
+                "the clawstack/hermes runner is not installed on this host; task-home templates under the local "
+                "backend need it (see docs/pods.md), or use the compose backend with a Hermes image",
+                where=where,
+            )
+        modules: tuple[str, ...] = tuple(importlib.import_module(HERMES_MODULE).RUNNER_MODULES)
+    else:
+        modules = tuple(importlib.import_module("clawstack.worker.oneshot").RUNNER_MODULES)
+    return {"image": template.image, "type": runner_type, "digest": runner_digest(modules)}
+
+
+def _compose_runner(template: Template, where: str, inspector: ImageInspector) -> dict[str, Any]:
+    if template.image is None:
+        raise BackendError(
+            "build the worker image first and name it with image: (claw up resolves images, it never builds)",
+            where=where,
+        )
+    info = inspector(template.image)
+    if info.volumes:
+        raise BackendError(
+            f"the image {template.image} declares VOLUME {', '.join(info.volumes)}; a per-run worker has no "
+            "persistent storage: rebuild it without VOLUME",
+            where=where,
+        )
+    if info.claw_type is None:
+        raise BackendError(
+            f"the image {template.image} does not say its runner type; set CLAW_TYPE (oneshot, picoclaw or hermes)",
+            where=where,
+        )
+    _check_profile(template, info.claw_type, where)
+    return {"image": template.image, "image_id": info.image_id, "type": info.claw_type}
+
+
+def _check_profile(template: Template, runner_type: str, where: str) -> None:
+    if template.profile == "stateless" and runner_type not in STATELESS_TYPES:
+        raise BackendError(
+            f"the stateless profile supports the one-shot runner only, not {runner_type}; add x-claw.run.home "
+            "for a task-home template, or use a one-shot runner",
+            where=where,
+        )
+    if template.profile == "task_home" and runner_type not in TASK_HOME_TYPES:
+        raise BackendError(
+            f"the task-home profile supports the Hermes runner only, not {runner_type}; use a Hermes runner "
+            "or remove x-claw.run.home",
+            where=where,
+        )
+
+
+def _expand_grant(template: Template, descriptors: Mapping[str, ServiceDescriptor], where: str) -> list[str]:
+    granted: set[str] = set()
+    for item in template.tools:
+        service, _, tool = item.partition(".")
+        names = {spec.qualified for spec in descriptors[service].tools}
+        if tool:
+            if item not in names:
+                raise ValidationError(f"{item!r} is not a tool of {service}", where=f"{where}.x-claw.tools")
+            granted.add(item)
+        else:
+            granted |= names
+    return sorted(granted)
+
+
+def _data_policy(spec: PodSpec, template: Template) -> dict[str, Any]:
+    """What the proxy enforces for this template's model calls: honest, and attested by provider only."""
+    openrouter_only = all(m.ref.startswith("openrouter/") for m in template.models)
+    return {
+        "regions": [],
+        "training": "none" if openrouter_only else "provider_default",
+        "retention": "none" if openrouter_only else "provider_default",
+        "local_retention": "metadata" if spec.journal else "none",
+        "attested_providers": [],
+    }
+
+
+def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> CompiledPod:
+    """Compile every template; raise a :class:`~clawstack.pod.errors.PodError` on the first problem."""
+    descriptors: dict[str, ServiceDescriptor] = {}
+    for decl in spec.tool_services:
+        try:
+            descriptors[decl.name] = parse_descriptor(decl.name, decl.descriptor)
+        except DescriptorError as exc:
+            raise ValidationError(exc.message, where=f"{POD_FILE}: services.{decl.name}.x-claw.describe") from exc
+    endpoints = {decl.name: decl.endpoint for decl in spec.tool_services}
+    network = (
+        {"name": f"claw-runs-{spec.name}", "internal": True}
+        if spec.backend == "compose"
+        else {"name": "sandbox", "mode": "proxy-only"}
+    )
+    templates = []
+    credentials: dict[str, str] = {}
+    for template in spec.templates:
+        where = f"{POD_FILE}: services.{template.name}"
+        runner = (
+            _compose_runner(template, where, inspector) if spec.backend == "compose" else _local_runner(template, where)
+        )
+        tools = _expand_grant(template, descriptors, where)
+        services_used = sorted({name.split(".", 1)[0] for name in tools})
+        for service in services_used:
+            auth_env = descriptors[service].auth_env
+            if auth_env is not None and not template.cllama_env.get(auth_env, "").strip():
+                raise ValidationError(
+                    f"the tool service {service} needs {auth_env}: declare it in x-claw.cllama-env (or "
+                    "cllama-defaults.env) with a value",
+                    where=f"{where}.x-claw.cllama-env",
+                )
+        credentials.update(template.cllama_env)
+        models = [
+            {
+                "slot": m.slot,
+                "ref": m.ref,
+                **({"reasoning_effort": m.reasoning_effort} if m.reasoning_effort else {}),
+                **({"provider_preferences": dict(m.provider_preferences)} if m.provider_preferences else {}),
+                **({"needs_signin": True} if m.ref.split("/", 1)[0] in PLAN_PREFIXES else {}),
+            }
+            for m in template.models
+        ]
+        context = {
+            "template": template.name,
+            "models": models,
+            "tools": {
+                service: {
+                    "endpoint": endpoints[service],
+                    "descriptor_sha256": sha256_digest(
+                        next(d.descriptor for d in spec.tool_services if d.name == service)
+                    ),
+                    "auth_env": descriptors[service].auth_env,
+                }
+                for service in services_used
+            },
+            "upstreams": {
+                prefix: {"base_url": up.base_url, "api_key_env": up.api_key_env}
+                for prefix, up in sorted(spec.upstreams.items())
+                if any(m.ref.startswith(prefix + "/") for m in template.models)
+            },
+            "credentials": sorted(template.cllama_env),  # names only: a rotation keeps the digest
+        }
+        document: dict[str, Any] = {
+            "schema": TEMPLATE_SCHEMA,
+            "name": template.name,
+            "pod": spec.name,
+            "backend": spec.backend,
+            "runner": runner,
+            "profile": template.profile,
+            "contract": {
+                "file": template.contract_file,
+                "sha256": sha256_digest(template.contract_text.encode()),
+                "text": template.contract_text,
+            },
+            "tools": tools,
+            "limits": {
+                "max_runtime_seconds": template.limits.max_runtime_s,
+                "max_authority_seconds": template.limits.max_authority_s,
+                "max_task_bytes": template.limits.max_task_bytes,
+                "max_result_bytes": template.limits.max_result_bytes,
+                "memory_bytes": template.limits.memory_bytes,
+                "pids": template.limits.pids,
+            },
+            "network": network,
+            "models": models,
+            "home": None
+            if template.home is None
+            else {"mount": template.home.mount, "max_bytes": template.home.max_bytes},
+            "content": [{"source": c.source, "target": c.target} for c in template.content],
+            "content_targets": [c.target for c in template.content],
+            "data_policy": _data_policy(spec, template),
+            "context_digest": spec_digest(context),
+        }
+        document["id"] = spec_digest(document)
+        templates.append(CompiledTemplate(name=template.name, document=document, context=context))
+    return CompiledPod(
+        spec=spec,
+        templates=tuple(templates),
+        descriptors={decl.name: decl.descriptor for decl in spec.tool_services},
+        credentials=credentials,
+        network=network,
+    )
+
+
+__all__ = ["CompiledPod", "CompiledTemplate", "compile_pod", "runner_digest"]

@@ -1,0 +1,151 @@
+"""The pod's proxy as a managed background process under the local backend.
+
+``claw up -d`` starts ``claw proxy serve`` in its own session with its output in ``proxy.log`` (0600), records
+its pid and the digest of what it serves in ``proxy.pid``, and returns only once the operator API answers a health
+check. ``claw down`` stops it with SIGTERM (SIGKILL after a grace period) and verifies it is gone. A pid file is
+trusted only if that process is alive and its command line is this pod's proxy, so a recycled pid is never
+signalled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import httpx
+
+from clawstack.common.errors import ClawError
+from clawstack.common.files import read_private, write_private
+from clawstack.common.uds import sync_client
+from clawstack.pod.artifacts import OPERATOR_TOKEN_ENV, PodPaths, existing_operator_token
+from clawstack.pod.errors import BackendError
+
+START_TIMEOUT_S: Final = 20.0
+STOP_GRACE_S: Final = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyProcess:
+    pid: int
+    digest: str
+
+
+class LocalProxy:
+    """Start, find, check and stop one pod's proxy process."""
+
+    def __init__(self, paths: PodPaths) -> None:
+        self.paths = paths
+        self.pid_file = paths.proxy / "proxy.pid"
+        self.log_file = paths.proxy / "proxy.log"
+
+    def running(self) -> ProxyProcess | None:
+        """The live proxy process of this pod, or ``None``."""
+        try:
+            record = json.loads(read_private(self.pid_file, max_bytes=4096))
+            pid, digest = int(record["pid"]), str(record["digest"])
+        except (OSError, ClawError, ValueError, KeyError, TypeError):  # an unreadable record is not ours
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        if b"serve" not in cmdline or os.fsencode(self.paths.proxy_config) not in cmdline:
+            return None
+        return ProxyProcess(pid=pid, digest=digest)
+
+    def start(self, *, digest: str, timeout_s: float = START_TIMEOUT_S) -> ProxyProcess:
+        """Start the proxy and wait until its operator API is healthy."""
+        log = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            process = subprocess.Popen(  # noqa: S603 (our own interpreter and module, no shell)
+                [sys.executable, "-m", "clawstack", "proxy", "serve", "--config", str(self.paths.proxy_config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+                env={k: v for k, v in os.environ.items() if k != OPERATOR_TOKEN_ENV},
+            )
+        finally:
+            os.close(log)
+        write_private(self.pid_file, json.dumps({"pid": process.pid, "digest": digest}).encode())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise BackendError(
+                    f"the proxy exited with status {process.returncode} while starting; see {self.log_file}",
+                    code="proxy_start_failed",
+                )
+            if self.healthy():
+                return ProxyProcess(pid=process.pid, digest=digest)
+            time.sleep(0.05)
+        self._terminate(process.pid)
+        raise BackendError(
+            f"the proxy did not become healthy within {timeout_s:g} s; see {self.log_file}", code="proxy_start_failed"
+        )
+
+    def healthy(self) -> bool:
+        """Whether the operator API answers a health check with the pod's operator token."""
+        token = existing_operator_token(self.paths)
+        if token is None or not self.paths.operator_socket.exists():
+            return False
+        try:
+            with sync_client(self.paths.operator_socket, timeout_s=2) as client:
+                response = client.get("/v1/health", headers={"Authorization": f"Bearer {token}"})
+                return response.status_code == 200 and response.json().get("status") == "ok"
+        except (ClawError, httpx.HTTPError, ValueError):
+            return False
+
+    def stop(self, *, grace_s: float = STOP_GRACE_S) -> bool:
+        """Stop the proxy if it runs; return whether one was stopped. Raises if it cannot be made to exit."""
+        current = self.running()
+        if current is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        self._terminate(current.pid, grace_s=grace_s)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _terminate(self, pid: int, *, grace_s: float = STOP_GRACE_S) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.05)
+        if _alive(pid):
+            raise BackendError(f"the proxy (pid {pid}) does not exit", code="proxy_stop_failed")
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+__all__ = ["LocalProxy", "ProxyProcess"]

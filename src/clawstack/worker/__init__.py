@@ -1,0 +1,37 @@
+"""What runs inside a worker. Today: clawstack's stateless one-shot runner, ``python -m
+clawstack.worker.oneshot``, and the contract it shares with the supervisor (:mod:`clawstack.worker.contract`:
+the configuration variable, the answer marker, the exit codes). See ``docs/worker.md``.
+
+This package imports only the contract, never the runner, so that ``python -m clawstack.worker.oneshot`` loads
+the runner once, as ``__main__``, and the supervisor can read the contract without loading a model client.
+"""
+
+from clawstack.worker.contract import (
+    ANSWER_MARKER,
+    CONFIG_ENV,
+    ExitCode,
+    WorkerConfig,
+    WorkerConfigError,
+    WorkerError,
+    WorkerMaxTurnsError,
+    WorkerUsageError,
+    answer_from_stdout,
+    format_answer,
+    parse_worker_config,
+    take_worker_config,
+)
+
+__all__ = [
+    "ANSWER_MARKER",
+    "CONFIG_ENV",
+    "ExitCode",
+    "WorkerConfig",
+    "WorkerConfigError",
+    "WorkerError",
+    "WorkerMaxTurnsError",
+    "WorkerUsageError",
+    "answer_from_stdout",
+    "format_answer",
+    "parse_worker_config",
+    "take_worker_config",
+]

@@ -43,6 +43,7 @@ __all__ = [
     "REQUIRE_DOCKER_ENV",
     "LocalImages",
     "build_test_image",
+    "docker_client",
     "docker_unavailable_reason",
     "remove_test_image",
     "requires_docker",
@@ -83,6 +84,15 @@ class _RequiresDocker:
 
 
 requires_docker = _RequiresDocker()
+
+
+def docker_client() -> docker.DockerClient:
+    """A client for the local engine, or a RuntimeError that says why there is none; the caller closes it."""
+    # Ask through clawstack first: it names the engine it tried, and the SDK alone leaks a socket when none answers.
+    reason = docker_available()
+    if reason is not None:
+        raise RuntimeError(f"cannot reach the Docker engine: {reason}")
+    return docker.from_env()
 
 
 def unique_tag(name: str = "image") -> str:
@@ -133,7 +143,7 @@ def build_test_image(
     written executable. Nothing is pulled or built from a base image. Remove it with :func:`remove_test_image`.
     """
     layer = _tar({_layer_path(path): data for path, data in (files or {}).items()}, executable=True)
-    client = docker.from_env()
+    client = docker_client()
     try:
         config: dict[str, Any] = {
             "Env": [f"{name}={value}" for name, value in (env or {}).items()],
@@ -167,7 +177,7 @@ def build_test_image(
 
 def remove_test_image(reference: str) -> None:
     """Remove a tag (and its image, once no other tag names it) or an image ID; a missing one is not an error."""
-    client = docker.from_env()
+    client = docker_client()
     try:
         client.api.remove_image(reference, force=True)
     except docker.errors.ImageNotFound:
@@ -185,8 +195,9 @@ class LocalImages:
     def build(self, name: str = "image", **config: Any) -> tuple[str, str]:
         """Build an image under a fresh tag (see :func:`build_test_image` for ``config``); returns (tag, ID)."""
         tag = unique_tag(name)
+        image_id = build_test_image(tag, **config)
         self._tags.append(tag)
-        return tag, build_test_image(tag, **config)
+        return tag, image_id
 
     def close(self) -> None:
         """Remove every image built here, newest first."""

@@ -30,7 +30,7 @@ import docker.errors
 
 from clawstack.pod.errors import BackendError
 
-__all__ = ["CLAW_TYPE_ENV", "CLAW_TYPE_LABEL", "ImageInfo", "docker_available", "inspect_image"]
+__all__ = ["CLAW_TYPE_ENV", "CLAW_TYPE_LABEL", "ClientFactory", "ImageInfo", "docker_available", "inspect_image"]
 
 CLAW_TYPE_ENV = "CLAW_TYPE"
 """The environment variable in an image's configuration that names its runner type."""
@@ -50,11 +50,13 @@ _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])
 _NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
 _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
-_REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?")
+_REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::{_TAG})?(?:@{_DIGEST})?", re.ASCII)
+_IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}", re.ASCII)
 _NAME_MAX = 255
 _REFERENCE_MAX = 600  # a 255-byte name, a 128-byte tag and a sha512 digest fit; longer is not worth matching
 
 ClientFactory = Callable[[], "docker.DockerClient"]
+"""Makes a Docker SDK client; the caller closes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +154,10 @@ def inspect_image(reference: str, *, client: docker.DockerClient | None = None) 
     try:
         attrs = client.api.inspect_image(reference)
     except docker.errors.ImageNotFound as error:
+        build = "docker build -t NAME …" if _IMAGE_ID.fullmatch(reference) else f"docker build -t {reference} …"
         raise BackendError(
             f"image {reference!r} is not in the local Docker engine, and clawstack never pulls: build it "
-            f"(docker build -t {reference} …) or load it (docker load -i image.tar), then run claw up again",
+            f"({build}) or load it (docker load -i image.tar), then run claw up again",
             code="image_not_found",
         ) from error
     except docker.errors.APIError as error:

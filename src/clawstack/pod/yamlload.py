@@ -10,9 +10,10 @@ What it keeps is what Compose files rely on: YAML 1.1 scalars (PyYAML's resolver
 limits, and merge keys (``x-common: &common`` then ``<<: *common``), where a key written in the mapping
 overrides the merged one, as YAML specifies.
 
-Messages never quote the file's text: a syntax error names its line and column and PyYAML's description of the
-problem, with any quoted text from the file cut out, because pod files sit next to credentials and are
-sometimes edited with one pasted into the wrong place.
+Messages never quote the file's values: a syntax error names its line and column and PyYAML's description of
+the problem, with any quoted text from the file cut out, because pod files sit next to credentials and are
+sometimes edited with one pasted into the wrong place. Only keys are named (a duplicate key, a top-level key
+that is not a string), since keys are names.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ MAX_ALIASES: Final = 100
 """A pod file with more aliases (``*name``) than this is refused."""
 
 MAX_DEPTH: Final = 64
-"""How deeply collections may nest, counted after aliases are expanded."""
+"""How many levels deep a node may sit (the top-level mapping is level 1), as written and with aliases expanded."""
 
 MAX_EXPANDED_NODES: Final = 100_000
 """How many nodes the document may have once every alias is expanded (what later stages will walk)."""

@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 
 from clawstack.pod.errors import BackendError
 from clawstack.pod.images import ImageInfo, docker_available, inspect_image
-from tests.docker_images import LocalImages, build_test_image, remove_test_image, requires_docker, unique_tag
+from tests.docker_images import (
+    LocalImages,
+    build_test_image,
+    docker_client,
+    remove_test_image,
+    requires_docker,
+    unique_tag,
+)
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -63,6 +70,8 @@ MALFORMED = [
     "na\nme",
     "name\x00",
     "wörker",
+    "name:täg",
+    "my-worker:latest\n",
     "n" * 256,
     "localhost:port/name",
     "x" * 700,
@@ -251,12 +260,12 @@ class Engine:
     """A real client for the local engine, with every request it sends recorded as ``(method, path)``."""
 
     client: docker.DockerClient
-    requests: list[tuple[str, str]]
+    sent: list[tuple[str, str]]
 
     def assert_only_reads(self) -> None:
-        assert self.requests, "the client sent nothing"
-        assert {method for method, _ in self.requests} == {"GET"}, self.requests
-        assert not [path for _, path in self.requests if "/images/create" in path], "something asked for a pull"
+        assert self.sent, "the client sent nothing"
+        assert {method for method, _ in self.sent} == {"GET"}, self.sent
+        assert not [path for _, path in self.sent if "/images/create" in path], "something asked for a pull"
 
 
 @pytest.fixture
@@ -267,7 +276,7 @@ def images() -> Iterator[LocalImages]:
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
-    client = docker.from_env()
+    client = docker_client()
     sent: list[tuple[str, str]] = []
 
     def record(response: requests.Response, *args: object, **kwargs: object) -> None:
@@ -336,7 +345,7 @@ class TestWithEngine:
         reference = {"never-built": name, "with-digest": f"{name.split(':')[0]}@{DIGEST}", "image-id": DIGEST}[missing]
         before = {image.id for image in engine.client.images.list(all=True)}
         containers_before = engine.client.containers.list(all=True)
-        engine.requests.clear()
+        engine.sent.clear()
         with pytest.raises(BackendError) as caught:
             inspect_image(reference, client=engine.client)
         assert caught.value.code == "image_not_found"

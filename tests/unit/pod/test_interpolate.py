@@ -292,7 +292,7 @@ def test_nesting_is_bounded() -> None:
 
 # -- no value in any message --------------------------------------------------------------------------------
 
-_SECRETS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40)
+_SECRETS = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40)
 
 FAILING_TEMPLATES = [
     "${SECRET} ${",

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from clawstack.pod.images import ImageInfo, inspect_image
-
 from clawstack.common.digest import sha256_digest, spec_digest
 from clawstack.pod.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
 from clawstack.pod.errors import BackendError, ValidationError
+from clawstack.pod.images import ImageInfo, inspect_image
 from clawstack.pod.podfile import POD_FILE, PodSpec, Template
 from clawstack.pod.values import PLAN_PREFIXES
 

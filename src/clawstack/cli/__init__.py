@@ -9,6 +9,7 @@ from clawstack.cli.demo import demo
 from clawstack.cli.fake_llm import fake_llm
 from clawstack.cli.pod import down_command, up_command
 from clawstack.cli.proxy import proxy
+from clawstack.cli.runs import runs
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,6 +21,7 @@ def cli() -> None:
 cli.add_command(demo)
 cli.add_command(fake_llm)
 cli.add_command(proxy)
+cli.add_command(runs)
 cli.add_command(up_command)
 cli.add_command(down_command)
 

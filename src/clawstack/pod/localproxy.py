@@ -29,6 +29,12 @@ from clawstack.pod.artifacts import OPERATOR_TOKEN_ENV, PodPaths, existing_opera
 from clawstack.pod.errors import BackendError
 
 START_TIMEOUT_S: Final = 20.0
+_LAUNCHER: Final = (
+    "import os, subprocess, sys\n"
+    "log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)\n"
+    "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)\n"
+    "print(p.pid)\n"
+)
 STOP_GRACE_S: Final = 20.0
 
 
@@ -63,31 +69,33 @@ class LocalProxy:
 
     def start(self, *, digest: str, timeout_s: float = START_TIMEOUT_S) -> ProxyProcess:
         """Start the proxy and wait until its operator API is healthy."""
-        log = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        env = {k: v for k, v in os.environ.items() if k != OPERATOR_TOKEN_ENV}
+        argv = [sys.executable, "-m", "clawstack", "proxy", "serve", "--config", str(self.paths.proxy_config)]
         try:
-            process = subprocess.Popen(  # noqa: S603 (our own interpreter and module, no shell)
-                [sys.executable, "-m", "clawstack", "proxy", "serve", "--config", str(self.paths.proxy_config)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-                env={k: v for k, v in os.environ.items() if k != OPERATOR_TOKEN_ENV},
+            # A short-lived launcher starts the proxy in its own session and exits, so the proxy is nobody's
+            # child: it outlives claw up, and no caller is left holding an unreaped process.
+            launched = subprocess.run(  # noqa: S603 (our own interpreter, no shell)
+                [sys.executable, "-c", _LAUNCHER, str(self.log_file), *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=30,
+                check=True,
             )
-        finally:
-            os.close(log)
-        write_private(self.pid_file, json.dumps({"pid": process.pid, "digest": digest}).encode())
+            pid = int(launched.stdout.strip())
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise BackendError(
+                f"the proxy could not be launched; see {self.log_file}", code="proxy_start_failed"
+            ) from exc
+        write_private(self.pid_file, json.dumps({"pid": pid, "digest": digest}).encode())
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise BackendError(
-                    f"the proxy exited with status {process.returncode} while starting; see {self.log_file}",
-                    code="proxy_start_failed",
-                )
+            if not _alive(pid):
+                raise BackendError(f"the proxy exited while starting; see {self.log_file}", code="proxy_start_failed")
             if self.healthy():
-                return ProxyProcess(pid=process.pid, digest=digest)
+                return ProxyProcess(pid=pid, digest=digest)
             time.sleep(0.05)
-        self._terminate(process.pid)
+        self._terminate(pid)
         raise BackendError(
             f"the proxy did not become healthy within {timeout_s:g} s; see {self.log_file}", code="proxy_start_failed"
         )

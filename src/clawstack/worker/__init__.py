@@ -1,6 +1,6 @@
 """What runs inside a worker. Today: clawstack's stateless one-shot runner, ``python -m
 clawstack.worker.oneshot``, and the contract it shares with the supervisor (:mod:`clawstack.worker.contract`:
-the configuration variable, the answer marker, the exit codes). See ``docs/worker.md``.
+the configuration variables, the answer marker, the exit codes). See ``docs/worker.md``.
 
 This package imports only the contract, never the runner, so that ``python -m clawstack.worker.oneshot`` loads
 the runner once, as ``__main__``, and the supervisor can read the contract without loading a model client.
@@ -9,6 +9,7 @@ the runner once, as ``__main__``, and the supervisor can read the contract witho
 from clawstack.worker.contract import (
     ANSWER_MARKER,
     CONFIG_ENV,
+    CONFIG_FILE_ENV,
     ExitCode,
     WorkerConfig,
     WorkerConfigError,
@@ -17,13 +18,16 @@ from clawstack.worker.contract import (
     WorkerUsageError,
     answer_from_stdout,
     format_answer,
+    load_worker_config,
     parse_worker_config,
     take_worker_config,
+    take_worker_config_file,
 )
 
 __all__ = [
     "ANSWER_MARKER",
     "CONFIG_ENV",
+    "CONFIG_FILE_ENV",
     "ExitCode",
     "WorkerConfig",
     "WorkerConfigError",
@@ -32,6 +36,8 @@ __all__ = [
     "WorkerUsageError",
     "answer_from_stdout",
     "format_answer",
+    "load_worker_config",
     "parse_worker_config",
     "take_worker_config",
+    "take_worker_config_file",
 ]

@@ -1,18 +1,21 @@
 """The one-shot worker contract, shared by the runner and the supervisor that launches it.
 
 A stateless worker is one process per run. Its task is its only positional argument; its configuration, with
-the run's proxy credential, arrives in the environment variable :data:`CONFIG_ENV`, which the runner removes
-from its own environment before anything else; its answer is everything on stdout after the first
-:data:`ANSWER_MARKER`; its exit status is one of :class:`ExitCode`. See ``docs/worker.md``.
+the run's proxy credential, arrives as a private file named by :data:`CONFIG_FILE_ENV`, which the runner reads
+and removes before anything else (a sandbox supervisor's way: nothing secret in the environment or argv), or
+in the environment variable :data:`CONFIG_ENV`, which the runner removes from its own environment first; its
+answer is everything on stdout after the first :data:`ANSWER_MARKER`; its exit status is one of
+:class:`ExitCode`. See ``docs/worker.md``.
 
 Errors::
 
     ClawError                          (clawstack.common.errors)
      └── WorkerError                   worker_error
           ├── WorkerUsageError         worker_usage            no task, or bad arguments
-          ├── WorkerConfigError        worker_config_missing   the variable is absent or empty
+          ├── WorkerConfigError        worker_config_missing   no variable, an empty one, or no file
           │                            worker_config_invalid   not strict JSON, an unknown or missing key,
-          │                                                    a wrong type or value
+          │                                                    a wrong type or value; a file that is not a
+          │                                                    regular file or cannot be read or removed
           └── WorkerMaxTurnsError      worker_max_turns        the model still asked for tools after max_turns
 
 Messages name a key and the rule it broke, never a value: the configuration carries the credential and the
@@ -22,9 +25,12 @@ contract, and the arguments carry the task.
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -35,6 +41,10 @@ from clawstack.common.strictjson import StrictJSONError, loads
 
 CONFIG_ENV: Final = "CLAW_WORKER_CONFIG"
 """The environment variable that carries the runner's configuration, as one JSON object."""
+
+CONFIG_FILE_ENV: Final = "CLAW_WORKER_CONFIG_FILE"
+"""The environment variable that names a private file holding the configuration; preferred over
+:data:`CONFIG_ENV`. The runner removes the file once it has read it."""
 
 ANSWER_MARKER: Final = "\n🦞"
 """The answer is everything on stdout after the first occurrence of this marker."""
@@ -253,6 +263,66 @@ def take_worker_config(environ: MutableMapping[str, str]) -> WorkerConfig:
     return parse_worker_config(text)
 
 
+def take_worker_config_file(path: str | os.PathLike[str]) -> WorkerConfig:
+    """Read the configuration file at ``path``, remove it (always, valid or not, once it could be opened) and
+    parse it under the rules of :func:`parse_worker_config`.
+
+    The file must be a regular file, not a symlink, of at most :data:`MAX_CONFIG_BYTES`. A file that cannot be
+    removed is refused too: the credential must not outlive the read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError as exc:
+        raise WorkerConfigError(f"{CONFIG_FILE_ENV} names no file", code="worker_config_missing") from exc
+    except OSError as exc:
+        raise _invalid(
+            f"the configuration file cannot be opened ({errno.errorcode.get(exc.errno or 0, 'EIO')})"
+        ) from exc
+    try:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            raise _invalid(
+                f"the configuration file cannot be removed ({errno.errorcode.get(exc.errno or 0, 'EIO')})"
+            ) from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _invalid("the configuration file is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _invalid(f"the configuration file cannot be read ({errno.errorcode.get(exc.errno or 0, 'EIO')})") from exc
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if not data:
+        raise WorkerConfigError(f"{CONFIG_FILE_ENV} names an empty file", code="worker_config_missing")
+    return parse_worker_config(data.decode("utf-8", "surrogateescape"))
+
+
+def load_worker_config(environ: MutableMapping[str, str]) -> WorkerConfig:
+    """The runner's configuration, from the file :data:`CONFIG_FILE_ENV` names if it is set, else from
+    :data:`CONFIG_ENV`.
+
+    Both variables are removed from ``environ`` first, always, so neither the credential nor the file's name
+    reaches a child process; the file is removed by :func:`take_worker_config_file`.
+    """
+    path = environ.pop(CONFIG_FILE_ENV, None)
+    text = environ.pop(CONFIG_ENV, None)
+    if path is not None:
+        if not path:
+            raise WorkerConfigError(f"{CONFIG_FILE_ENV} is empty", code="worker_config_missing")
+        return take_worker_config_file(path)
+    if text is None:
+        raise WorkerConfigError(f"neither {CONFIG_FILE_ENV} nor {CONFIG_ENV} is set", code="worker_config_missing")
+    return parse_worker_config(text)
+
+
 def format_answer(answer: str) -> str:
     """Everything the runner prints on stdout: the marker, a space, the answer and a newline."""
     return f"{ANSWER_MARKER} {answer}\n"
@@ -272,6 +342,7 @@ def answer_from_stdout(stdout: str) -> str | None:
 __all__ = [
     "ANSWER_MARKER",
     "CONFIG_ENV",
+    "CONFIG_FILE_ENV",
     "CONFIG_VERSION",
     "DEFAULT_MAX_TURNS",
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -287,6 +358,8 @@ __all__ = [
     "WorkerUsageError",
     "answer_from_stdout",
     "format_answer",
+    "load_worker_config",
     "parse_worker_config",
     "take_worker_config",
+    "take_worker_config_file",
 ]

@@ -1,8 +1,9 @@
 """clawstack's stateless one-shot runner: ``python -m clawstack.worker.oneshot [--] TASK [SESSION]``.
 
-One process per run. It takes its configuration from ``CLAW_WORKER_CONFIG`` and removes that variable from its
-environment first, sends the task as the only user message (the agent contract as the system message) to the
-model proxy in one chat completion without tools of its own, and prints ``\\n🦞 <answer>\\n`` on stdout, once,
+One process per run. It takes its configuration from the private file ``CLAW_WORKER_CONFIG_FILE`` names, which
+it removes, or else from ``CLAW_WORKER_CONFIG``; either way both variables leave its environment first. It
+sends the task as the only user message (the agent contract as the system message) to the model proxy in one
+chat completion without tools of its own, and prints ``\\n🦞 <answer>\\n`` on stdout, once,
 at the end. Managed business tools are added and run by the proxy, out of the runner's sight; should the model
 still ask the runner for a tool, each call is answered "unavailable" and the model is asked again, up to
 ``max_turns`` requests. ``SESSION`` is accepted for the PicoClaw contract and unused: this runner keeps no state.
@@ -32,7 +33,7 @@ from clawstack.worker.contract import (
     WorkerMaxTurnsError,
     WorkerUsageError,
     format_answer,
-    take_worker_config,
+    load_worker_config,
 )
 
 RUNNER_MODULES: Final[tuple[str, ...]] = (
@@ -63,7 +64,8 @@ USAGE: Final = (
     "usage: python -m clawstack.worker.oneshot [--] TASK [SESSION]\n"
     "  TASK     the task, sent to the model as the only user message\n"
     "  SESSION  accepted for the PicoClaw contract; unused by this stateless runner\n"
-    "The configuration comes from the CLAW_WORKER_CONFIG environment variable (see docs/worker.md).\n"
+    "The configuration comes from the file CLAW_WORKER_CONFIG_FILE names (read, then removed) or from the\n"
+    "CLAW_WORKER_CONFIG environment variable (see docs/worker.md).\n"
     "The answer is printed on stdout after the marker '\\n🦞 '.\n"
 )
 
@@ -209,9 +211,9 @@ async def serve(config: WorkerConfig, task: str, stdout: BinaryIO) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The runner's entry point; returns the exit status. ``argv`` excludes the program name."""
-    # First of all, so that no code path, however it ends, leaves the credential in the environment.
+    # First of all, so that no code path, however it ends, leaves the credential in the environment or on disk.
     try:
-        config: WorkerConfig | None = take_worker_config(os.environ)
+        config: WorkerConfig | None = load_worker_config(os.environ)
         config_error: WorkerConfigError | None = None
     except WorkerConfigError as exc:
         config, config_error = None, exc

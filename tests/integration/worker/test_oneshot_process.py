@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from clawstack.llm.fake import FakeModelServer, parse_script
-from clawstack.worker import CONFIG_ENV, ExitCode, WorkerConfig, WorkerMaxTurnsError, answer_from_stdout
+from clawstack.worker import (
+    CONFIG_ENV,
+    CONFIG_FILE_ENV,
+    ExitCode,
+    WorkerConfig,
+    WorkerMaxTurnsError,
+    answer_from_stdout,
+)
 from clawstack.worker.oneshot import RUNNER_MODULES, TOOLS_UNAVAILABLE, run_task
 
 SECRET = "Sx9-secret-value-4242"
@@ -171,6 +178,39 @@ async def test_the_credential_is_sent_as_the_bearer() -> None:
     assert refused.stdout == b""
     assert "llm_unauthorized" in refused.stderr
     assert "another-secret" not in refused.stderr
+
+
+async def test_the_config_may_come_from_a_private_file_that_the_runner_removes(
+    fake: FakeModelServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config_for(fake)))
+    path.chmod(0o600)
+    # The runner's own main(), then what is left of the CLAW_ variables in its environment.
+    code = (
+        "import os, sys; "
+        "from clawstack.worker.oneshot import main; "
+        "status = main(); "
+        "sys.stderr.write('env-after:' + repr(sorted(k for k in os.environ if k.startswith('CLAW_'))) + '\\n'); "
+        "sys.exit(status)"
+    )
+    env = runner_env(None)
+    env[CONFIG_FILE_ENV] = str(path)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        "--",
+        task("@fake reply: from the file"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    result = await finish(process)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "\n🦞 from the file\n".encode()
+    assert not path.exists()
+    assert "env-after:[]" in result.stderr
 
 
 # --- tool calls ------------------------------------------------------------------------------------------------

@@ -22,14 +22,17 @@ import clawstack.worker.oneshot
 from clawstack.worker import (
     ANSWER_MARKER,
     CONFIG_ENV,
+    CONFIG_FILE_ENV,
     ExitCode,
     WorkerConfig,
     WorkerConfigError,
     WorkerUsageError,
     answer_from_stdout,
     format_answer,
+    load_worker_config,
     parse_worker_config,
     take_worker_config,
+    take_worker_config_file,
 )
 from clawstack.worker.oneshot import RUNNER_MODULES, USAGE, main, parse_arguments
 
@@ -247,6 +250,113 @@ def test_take_removes_the_variable_from_the_process_environment(monkeypatch: pyt
     assert child.stdout == "absent\n"
 
 
+# --- the configuration file ------------------------------------------------------------------------------------
+
+
+def private_config_file(directory: Path, text: str) -> Path:
+    path = directory / "config.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def test_take_file_reads_and_removes_the_file(tmp_path: Path) -> None:
+    path = private_config_file(tmp_path, config_text())
+    config = take_worker_config_file(path)
+    assert config.credential == CREDENTIAL
+    assert not path.exists()
+
+
+def test_take_file_removes_an_invalid_file_too(tmp_path: Path) -> None:
+    path = private_config_file(tmp_path, config_text(credential=SECRET))
+    with pytest.raises(WorkerConfigError) as caught:
+        take_worker_config_file(path)
+    assert caught.value.code == "worker_config_invalid"
+    assert SECRET not in caught.value.message
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(("text", "code"), [("", "worker_config_missing"), ("{", "worker_config_invalid")])
+def test_take_file_refuses_an_empty_or_broken_file(tmp_path: Path, text: str, code: str) -> None:
+    path = private_config_file(tmp_path, text)
+    with pytest.raises(WorkerConfigError) as caught:
+        take_worker_config_file(path)
+    assert caught.value.code == code
+    assert not path.exists()
+
+
+def test_take_file_reports_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(WorkerConfigError) as caught:
+        take_worker_config_file(tmp_path / "absent.json")
+    assert caught.value.code == "worker_config_missing"
+
+
+def test_take_file_does_not_follow_a_symlink(tmp_path: Path) -> None:
+    target = private_config_file(tmp_path, config_text())
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with pytest.raises(WorkerConfigError, match="cannot be opened"):
+        take_worker_config_file(link)
+    assert target.exists()
+
+
+def test_take_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(WorkerConfigError, match="not a regular file"):
+        take_worker_config_file(fifo)
+    assert not fifo.exists()
+
+
+def test_take_file_refuses_a_file_it_cannot_remove() -> None:
+    # /proc files are regular files that nobody can unlink, root included.
+    with pytest.raises(WorkerConfigError, match="cannot be removed") as caught:
+        take_worker_config_file("/proc/self/status")
+    assert caught.value.code == "worker_config_invalid"
+
+
+def test_take_file_refuses_a_file_over_the_limit(tmp_path: Path) -> None:
+    path = private_config_file(tmp_path, config_text(contract="x" * (1024 * 1024)))
+    with pytest.raises(WorkerConfigError, match="json_too_large"):
+        take_worker_config_file(path)
+    assert not path.exists()
+
+
+def test_load_prefers_the_file_and_removes_both_variables(tmp_path: Path) -> None:
+    path = private_config_file(tmp_path, config_text(model="from-file"))
+    environ = {CONFIG_FILE_ENV: str(path), CONFIG_ENV: config_text(model="from-env"), "HOME": "/h"}
+    assert load_worker_config(environ).model == "from-file"
+    assert environ == {"HOME": "/h"}
+    assert not path.exists()
+
+
+def test_load_falls_back_to_the_variable() -> None:
+    environ = {CONFIG_ENV: config_text(model="from-env")}
+    assert load_worker_config(environ).model == "from-env"
+    assert environ == {}
+
+
+@pytest.mark.parametrize("environ", [{}, {CONFIG_FILE_ENV: ""}, {CONFIG_FILE_ENV: "", CONFIG_ENV: config_text()}])
+def test_load_reports_a_missing_configuration(environ: dict[str, str]) -> None:
+    with pytest.raises(WorkerConfigError) as caught:
+        load_worker_config(environ)
+    assert caught.value.code == "worker_config_missing"
+    assert environ == {}
+
+
+def test_main_reads_and_removes_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = private_config_file(tmp_path, config_text(version=2))
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    assert main(["TASK-MARK"]) == ExitCode.CONFIG
+    _, err = capsys.readouterr()
+    assert "version must be 1" in err
+    assert not path.exists()
+    assert CONFIG_FILE_ENV not in os.environ
+
+
 # --- arguments -------------------------------------------------------------------------------------------------
 
 
@@ -403,6 +513,7 @@ def _public_names(module: types.ModuleType) -> list[str]:
 WORKER_API = [
     "ANSWER_MARKER",
     "CONFIG_ENV",
+    "CONFIG_FILE_ENV",
     "ExitCode",
     "WorkerConfig",
     "WorkerConfigError",
@@ -411,8 +522,10 @@ WORKER_API = [
     "WorkerUsageError",
     "answer_from_stdout",
     "format_answer",
+    "load_worker_config",
     "parse_worker_config",
     "take_worker_config",
+    "take_worker_config_file",
 ]
 
 ONESHOT_API = [

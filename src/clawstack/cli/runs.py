@@ -1,0 +1,260 @@
+"""``claw runs``: the supervisor (``serve``) and the operator commands that talk to it over its socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import click
+
+from clawstack.cli._serving import configure_logging, serve_until_signal
+from clawstack.common.clock import SystemClock
+from clawstack.common.errors import ClawError
+from clawstack.common.files import ensure_private_dir
+from clawstack.pod.artifacts import PodPaths
+from clawstack.runs.client import RunsClient, load_spec
+from clawstack.runs.errors import RunsError
+from clawstack.runs.server import RunsServer, parse_timeout
+from clawstack.runs.supervisor import Supervisor
+
+POD_OPTION = click.option(
+    "--pod",
+    "pod_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The pod directory.",
+)
+SOCKET_OPTION = click.option(
+    "--socket-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The socket directory (default <pod>/.claw-runs/sock).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
+
+
+def _socket_dir(pod_dir: Path, socket_dir: Path | None) -> Path:
+    return socket_dir if socket_dir is not None else PodPaths(pod_dir.resolve()).runs / "sock"
+
+
+@click.group(name="runs")
+def runs() -> None:
+    """The run supervisor: one isolated one-shot worker per unit of work (see docs/runs.md)."""
+
+
+@runs.command()
+@POD_OPTION
+@SOCKET_OPTION
+@click.option("--allow-uid", "allow_uids", type=int, multiple=True, help="Another UID that may use the socket.")
+@click.option("--callback-origin", default=None, help="Where run callbacks go (scheme://host[:port]).")
+@click.option(
+    "--callback-path",
+    default="/runs/{installation}/{run_id}",
+    show_default=True,
+    help="Callback path template; {installation} and {run_id} are filled in.",
+)
+@click.option("--heartbeat", default="60s", show_default=True, help="Heartbeat callback interval.")
+@click.option("--remove-orphans", is_flag=True, help="Remove workers of this pod that the ledger does not know.")
+@click.option(
+    "--allow-no-isolation",
+    is_flag=True,
+    help="Run workers without a sandbox where bubblewrap is missing (status says isolation: none).",
+)
+def serve(
+    pod_dir: Path,
+    socket_dir: Path | None,
+    allow_uids: tuple[int, ...],
+    callback_origin: str | None,
+    callback_path: str,
+    heartbeat: str,
+    remove_orphans: bool,
+    allow_no_isolation: bool,
+) -> None:
+    """Run the supervisor in the foreground until SIGTERM or SIGINT."""
+    from clawstack.runs.backends.local import LocalBackend
+
+    configure_logging("info")
+    paths = PodPaths(pod_dir.resolve())
+    directory = _socket_dir(pod_dir, socket_dir)
+    if socket_dir is None:
+        ensure_private_dir(directory)
+    backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name, allow_no_isolation=allow_no_isolation)
+    supervisor = Supervisor(
+        paths.pod,
+        backend,
+        callback_origin=callback_origin,
+        callback_path=callback_path,
+        heartbeat_s=parse_timeout(heartbeat) or 60.0,
+    )
+    server = RunsServer(supervisor, directory, allowed_uids=allow_uids)
+
+    async def start() -> str:
+        try:
+            await server.start(remove_orphans=remove_orphans)
+        except ClawError as exc:
+            raise click.ClickException(exc.message) from exc
+        return f"runs listening: unix:{server.socket_path}"
+
+    asyncio.run(serve_until_signal(start, server.stop, name="clawstack.runs"))
+
+
+def _client(pod_dir: Path, socket_dir: Path | None) -> RunsClient:
+    return RunsClient(_socket_dir(pod_dir, socket_dir) / "runs.sock")
+
+
+def _print_status(status: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    rows = [("run", f"{status['installation']}/{status['run_id']}"), ("state", str(status.get("state")))]
+    for name in (
+        "cancelled",
+        "failure",
+        "exit_code",
+        "revoked",
+        "revocation_proof",
+        "credential",
+        "isolation",
+        "template",
+        "deadline",
+        "authority_expires_at",
+        "pending",
+    ):
+        if status.get(name) not in (None, False):
+            rows.append((name, str(status[name])))
+    if status.get("result"):
+        rows.append(
+            ("result", f"{status['result']['bytes']} bytes" + (" (truncated)" if status["result"]["truncated"] else ""))
+        )
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        click.echo(f"{name:<{width}}  {value}")
+
+
+def _run(action: Any) -> Any:
+    try:
+        return action()
+    except RunsError as exc:
+        raise click.ClickException(f"{exc.code}: {exc.message}") from exc
+    except ClawError as exc:
+        raise click.ClickException(exc.message) from exc
+
+
+@runs.command()
+@click.argument("installation")
+@click.argument("run_id")
+@click.option("--spec", "spec_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--authority-ttl", default="30m", show_default=True, help="How long the run's authority lasts.")
+@click.option("--generation", default=1, show_default=True, type=int)
+@click.option("--credential-env", default=None, help="Read the callback credential from this variable.")
+@POD_OPTION
+@SOCKET_OPTION
+@JSON_OPTION
+def launch(
+    installation: str,
+    run_id: str,
+    spec_path: Path,
+    authority_ttl: str,
+    generation: int,
+    credential_env: str | None,
+    pod_dir: Path,
+    socket_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Launch a run from a spec file (for operators and tests)."""
+    ttl = parse_timeout(authority_ttl) or 1800.0
+    credential = os.environ.get(credential_env) if credential_env else None
+    if credential_env and not credential:
+        raise click.ClickException(f"{credential_env} is not set")
+    with _client(pod_dir, socket_dir) as client:
+        status = _run(
+            lambda: client.launch(
+                installation,
+                run_id,
+                load_spec(spec_path),
+                generation=generation,
+                authority_expires_at=SystemClock().now() + timedelta(seconds=ttl),
+                credential=credential,
+            )
+        )
+    _print_status(status, as_json)
+
+
+@runs.command()
+@click.argument("installation")
+@click.argument("run_id")
+@click.option("--wait", type=click.Choice(["running", "revoked", "stopped", "failed"]), default=None)
+@click.option("--timeout", default="60s", show_default=True)
+@POD_OPTION
+@SOCKET_OPTION
+@JSON_OPTION
+def status(
+    installation: str,
+    run_id: str,
+    wait: str | None,
+    timeout: str,
+    pod_dir: Path,
+    socket_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Show a run's status (optionally waiting for a state)."""
+    with _client(pod_dir, socket_dir) as client:
+        result = _run(
+            lambda: client.status(installation, run_id, wait=wait, timeout_s=parse_timeout(timeout) if wait else None)
+        )
+    _print_status(result, as_json)
+
+
+@runs.command()
+@click.argument("installation")
+@click.argument("run_id")
+@click.option("--generation", required=True, type=int)
+@click.option("--wait", type=click.Choice(["running", "revoked", "stopped", "failed"]), default=None)
+@click.option("--timeout", default="60s", show_default=True)
+@POD_OPTION
+@SOCKET_OPTION
+@JSON_OPTION
+def cancel(
+    installation: str,
+    run_id: str,
+    generation: int,
+    wait: str | None,
+    timeout: str,
+    pod_dir: Path,
+    socket_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Cancel a run (a never-accepted key is tombstoned)."""
+    with _client(pod_dir, socket_dir) as client:
+        result = _run(
+            lambda: client.cancel(
+                installation,
+                run_id,
+                generation=generation,
+                wait=wait,
+                timeout_s=parse_timeout(timeout) if wait else None,
+            )
+        )
+    if result.get("tombstone"):
+        click.echo(f"{installation}/{run_id} was never accepted; it is tombstoned")
+        return
+    _print_status(result, as_json)
+
+
+@runs.command()
+@click.argument("installation")
+@click.argument("run_id")
+@POD_OPTION
+@SOCKET_OPTION
+def result(installation: str, run_id: str, pod_dir: Path, socket_dir: Path | None) -> None:
+    """Print a run's answer."""
+    with _client(pod_dir, socket_dir) as client:
+        text, truncated = _run(lambda: client.result(installation, run_id))
+    click.echo(text)
+    if truncated:
+        click.echo("(the answer was cut at the template's max-result-bytes)", err=True)

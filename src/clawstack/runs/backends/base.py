@@ -1,0 +1,69 @@
+"""What the supervisor needs from a backend: start one worker for a run, observe it, remove it, find them all.
+
+A backend never decides a run's state; it reports what exists. Every operation is idempotent per run, because
+the supervisor may repeat any step after a crash: ``spawn`` of a run that already has a worker starts nothing,
+``remove`` of a run without one succeeds. Workers carry the run's labels (pod, installation, run id) so that
+the supervisor can find them after a restart, and they outlive the supervisor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+Isolation = Literal["bubblewrap", "container", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunLabels:
+    pod: str
+    installation: str
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Everything needed to start one run's worker. ``config`` holds the run's proxy credential: it reaches the
+    worker only as a private file the runner reads and deletes, never through argv or the environment."""
+
+    labels: RunLabels
+    task: str  # the runner's one positional argument
+    config: bytes  # the runner's JSON configuration (clawstack.worker.contract.WorkerConfig)
+    proxy_socket: Path  # the host path of the proxy's worker socket, bound into the sandbox
+    memory_bytes: int
+    pids: int
+    max_runtime_s: int
+    max_output_bytes: int  # stdout beyond this is discarded and the capture marked truncated
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """What exists for one run, as observed now."""
+
+    exists: bool  # a worker (or its leftovers: output, exit record) carries the run's labels
+    running: bool
+    exit_code: int | None  # set once the worker exited (128+N for a signal)
+    timed_out: bool  # the backend killed it at max_runtime_s
+    stdout: bytes  # the bounded capture
+    stdout_truncated: bool
+    isolation: Isolation
+
+
+class Backend(Protocol):
+    """The supervisor's view of a backend."""
+
+    @property
+    def isolation(self) -> Isolation: ...
+
+    async def spawn(self, spec: WorkerSpec) -> None: ...
+
+    async def inspect(self, labels: RunLabels) -> WorkerState: ...
+
+    async def remove(self, labels: RunLabels) -> None: ...
+
+    async def list_workers(self) -> Sequence[RunLabels]: ...
+
+
+__all__ = ["Backend", "Isolation", "RunLabels", "WorkerSpec", "WorkerState"]

@@ -1,0 +1,586 @@
+"""The local backend, the embedded default: each worker is a bubblewrap sandbox running the one-shot runner.
+
+Each worker belongs to a detached monitor process (:mod:`clawstack.runs.backends.monitor`), never to the
+supervisor, so that workers outlive a supervisor restart and are re-adopted: everything this backend knows is
+in the run's state directory, ``<state_dir>/<installation>/<run_id>/`` (0700), which any later instance reads
+the same way:
+
+* ``lock``: taken (``flock``) by ``spawn`` and ``remove``, and handed by ``spawn`` to the monitor until the
+  worker has started or failed, so that no two workers ever exist for one run, whichever process asks;
+* ``monitor.json``: the monitor's pid and start time (and the sandbox's), its cgroups, the isolation used;
+* ``stdout`` (bounded by ``max_output_bytes``; ``stdout.truncated`` once more was discarded), ``stderr.log``
+  (bounded), ``monitor.log``, and ``exit.json`` once the worker has ended. All files 0600.
+
+``inspect`` reads these files alone. ``remove`` kills the whole sandbox, waits until nothing of it is alive and
+deletes the run's directory, output included: inspect first.
+
+Without bubblewrap the backend refuses to spawn unless built with ``allow_no_isolation=True``; then the runner
+is a plain subprocess of the monitor and ``isolation`` is ``"none"``. See ``docs/decisions/0002-local-sandbox.md``.
+
+Errors::
+
+    ClawError                         (clawstack.common.errors)
+     └── LocalBackendError            backend_error
+          │                           labels_invalid      installation or run_id outside their patterns
+          │                           spec_invalid        a limit out of range, a configuration too large
+          │                           state_unreadable    a record could not be read (retryable)
+          │                           remove_timeout      something of the worker still ran (retryable)
+          ├── IsolationUnavailableError   isolation_unavailable   no bubblewrap, no-isolation not allowed
+          └── SpawnError              spawn_failed        the worker could not be started (a timeout is retryable)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import clawstack
+from clawstack.common.errors import ClawError
+from clawstack.common.files import ensure_private_dir, fsync_dir
+from clawstack.runs.backends import monitor as _monitor
+from clawstack.runs.backends.base import Isolation, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.monitor import (
+    EXIT_RECORD,
+    HOST_CONFIG_FILE,
+    LOCK_FILE,
+    LOST_EXIT_CODE,
+    MONITOR_LOG,
+    MONITOR_RECORD,
+    SANDBOX_CONFIG_FILE,
+    SANDBOX_PROXY_SOCKET,
+    SANDBOX_PYTHON,
+    SANDBOX_SITE,
+    SANDBOX_SOURCE,
+    STDOUT_FILE,
+    TRUNCATED_MARK,
+    Bind,
+    Cgroups,
+    LaunchPlan,
+    ProcessId,
+    encode_launch,
+    read_json,
+)
+from clawstack.worker.contract import CONFIG_FILE_ENV, MAX_CONFIG_BYTES, WorkerConfigError, parse_worker_config
+
+RUNNER_ARGS: Final = ("-m", "clawstack.worker.oneshot")
+"""What the interpreter runs: the one-shot runner. The task follows as ``-- TASK``."""
+SANDBOX_UID: Final = 65534
+"""The uid a root supervisor's workers run as (``nobody``); a non-root supervisor's run as its own uid."""
+DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
+DEFAULT_STDERR_LIMIT_BYTES: Final = 64 * 1024
+SPAWN_TIMEOUT_S: Final = 30.0
+REMOVE_TIMEOUT_S: Final = 10.0
+
+# Run by path, not with -m, so that the monitor does not import the supervisor's package (clawstack.runs).
+_MONITOR_SCRIPT: Final = str(Path(_monitor.__file__).resolve())
+_INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_POLL_S: Final = 0.01
+_SYSTEM_DIRS: Final = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+_MAX_ARGUMENT_BYTES: Final = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, less the terminating NUL
+
+
+class LocalBackendError(ClawError):
+    """Root of the local backend's errors."""
+
+    code = "backend_error"
+
+
+class IsolationUnavailableError(LocalBackendError):
+    """bubblewrap is missing and the backend was not allowed to run workers without isolation."""
+
+    code = "isolation_unavailable"
+
+
+class SpawnError(LocalBackendError):
+    """The worker could not be started; nothing of it exists."""
+
+    code = "spawn_failed"
+
+
+def _check_labels(labels: RunLabels) -> None:
+    if _INSTALLATION.fullmatch(labels.installation) is None:
+        raise LocalBackendError("installation must match [a-z0-9][a-z0-9-]{0,63}", code="labels_invalid")
+    if _RUN_ID.fullmatch(labels.run_id) is None:
+        raise LocalBackendError("run_id must match [A-Za-z0-9_-]{1,128}", code="labels_invalid")
+
+
+def _check_spec(spec: WorkerSpec) -> None:
+    for name in ("memory_bytes", "pids", "max_runtime_s"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise LocalBackendError(f"{name} must be a positive integer", code="spec_invalid")
+    if (
+        isinstance(spec.max_output_bytes, bool)
+        or not isinstance(spec.max_output_bytes, int)
+        or spec.max_output_bytes < 0
+    ):
+        raise LocalBackendError("max_output_bytes must be an integer, not negative", code="spec_invalid")
+    task = spec.task.encode("utf-8", "surrogateescape")
+    if b"\0" in task or len(task) > _MAX_ARGUMENT_BYTES:
+        raise LocalBackendError(
+            f"the task must be free of NUL and at most {_MAX_ARGUMENT_BYTES} bytes (one argument)", code="spec_invalid"
+        )
+    if len(spec.config) > MAX_CONFIG_BYTES:
+        raise LocalBackendError(f"the configuration is larger than {MAX_CONFIG_BYTES} bytes", code="spec_invalid")
+
+
+def _system_entries() -> tuple[tuple[str, str, str], ...]:
+    """``/usr`` read-only, and the top-level system directories as the host has them (symlinks or binds)."""
+    entries = [("ro-bind", "/usr", "/usr")]
+    for name in _SYSTEM_DIRS:
+        path = Path("/", name)
+        if path.is_symlink():
+            entries.append(("symlink", os.readlink(path), str(path)))
+        elif path.is_dir():
+            entries.append(("ro-bind", str(path), str(path)))
+    return tuple(entries)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _PythonLayout:
+    """This interpreter and the code the runner imports: the prefix, the site directories, clawstack."""
+
+    prefix: Path
+    executable: Path  # relative to prefix
+    sites: tuple[Path, ...]
+    package: Path | None  # clawstack's package directory, when no site directory holds it
+
+    @classmethod
+    def current(cls) -> _PythonLayout:
+        prefix = Path(sys.base_prefix).resolve()
+        try:
+            executable = Path(sys.executable).resolve().relative_to(prefix)
+        except ValueError as exc:
+            raise LocalBackendError(f"the interpreter {sys.executable} is not inside its prefix {prefix}") from exc
+        sites = tuple(dict.fromkeys(Path(path).resolve() for path in site.getsitepackages() if Path(path).is_dir()))
+        package = Path(clawstack.__file__).resolve().parent
+        inside = any(package.is_relative_to(directory) for directory in sites)
+        return cls(prefix, executable, sites, None if inside else package)
+
+
+def _empty_state(isolation: Isolation) -> WorkerState:
+    return WorkerState(
+        exists=False,
+        running=False,
+        exit_code=None,
+        timed_out=False,
+        stdout=b"",
+        stdout_truncated=False,
+        isolation=isolation,
+    )
+
+
+def _read_capped(path: Path, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit)
+    except FileNotFoundError:
+        return b""
+
+
+class LocalBackend:
+    """Workers as bubblewrap sandboxes on this host, each owned by a detached monitor; see the module docstring.
+
+    ``state_dir`` holds one directory per run. With ``pod``, the backend serves that pod alone: ``spawn`` refuses
+    other pods' labels and ``list_workers`` lists only its workers. ``allow_no_isolation`` lets the
+    backend run workers as plain subprocesses when ``bwrap`` (a command name or path) is missing. ``tmp_bytes``
+    sizes each sandbox's tmpfs ``/tmp`` (its pages also count against the run's memory limit);
+    ``stderr_limit_bytes`` bounds ``stderr.log``. ``use_cgroups=False`` skips cgroups for ``RLIMIT_AS`` and
+    ``RLIMIT_NPROC``. ``runner_args`` is what the interpreter runs before ``-- TASK``: the one-shot runner,
+    which a test may replace with a stand-in (``("-c", SCRIPT)``).
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        pod: str | None = None,
+        allow_no_isolation: bool = False,
+        bwrap: str = "bwrap",
+        tmp_bytes: int = DEFAULT_TMP_BYTES,
+        stderr_limit_bytes: int = DEFAULT_STDERR_LIMIT_BYTES,
+        use_cgroups: bool = True,
+        runner_args: Sequence[str] = RUNNER_ARGS,
+        spawn_timeout_s: float = SPAWN_TIMEOUT_S,
+        remove_timeout_s: float = REMOVE_TIMEOUT_S,
+    ) -> None:
+        self._state_dir = Path(state_dir)
+        self._pod = pod
+        self._bwrap = shutil.which(bwrap)
+        self._allow_no_isolation = allow_no_isolation
+        self._tmp_bytes = tmp_bytes
+        self._stderr_limit_bytes = stderr_limit_bytes
+        self._use_cgroups = use_cgroups
+        self._runner_args = tuple(runner_args)
+        self._spawn_timeout_s = spawn_timeout_s
+        self._remove_timeout_s = remove_timeout_s
+
+    @property
+    def isolation(self) -> Isolation:
+        """``"bubblewrap"`` when bubblewrap is there, else ``"none"`` (and ``spawn`` refuses unless allowed)."""
+        return "bubblewrap" if self._bwrap is not None else "none"
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    def run_dir(self, labels: RunLabels) -> Path:
+        """The run's state directory (``labels_invalid`` for labels that could not name one)."""
+        _check_labels(labels)
+        return self._state_dir / labels.installation / labels.run_id
+
+    async def spawn(self, spec: WorkerSpec) -> None:
+        """Start the run's worker and return once its runner is running; start nothing if the run already has a
+        worker, live or exited. Raises :class:`IsolationUnavailableError` or :class:`SpawnError`."""
+        await asyncio.to_thread(self._spawn, spec)
+
+    async def inspect(self, labels: RunLabels) -> WorkerState:
+        """What exists for the run now, from its state directory alone."""
+        return await asyncio.to_thread(self._inspect, labels)
+
+    async def remove(self, labels: RunLabels) -> None:
+        """Kill the run's whole worker, wait until nothing of it is alive, then delete its state directory
+        (output included). A run without a worker is fine."""
+        await asyncio.to_thread(self._remove, labels)
+
+    async def list_workers(self) -> Sequence[RunLabels]:
+        """Every run whose state directory holds a live or exited worker."""
+        return await asyncio.to_thread(self._list_workers)
+
+    # -- spawn ------------------------------------------------------------------------------------------------
+
+    def _spawn(self, spec: WorkerSpec) -> None:
+        if self._bwrap is None and not self._allow_no_isolation:
+            raise IsolationUnavailableError(
+                "bubblewrap (bwrap) was not found; install it, or accept workers without isolation explicitly"
+            )
+        _check_spec(spec)
+        if self._pod is not None and spec.labels.pod != self._pod:
+            raise LocalBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
+        run_dir = self.run_dir(spec.labels)
+        ensure_private_dir(self._state_dir)
+        ensure_private_dir(run_dir.parent)
+        lock = self._lock(run_dir, create=True)
+        assert lock is not None
+        try:
+            if (run_dir / MONITOR_RECORD).exists() or (run_dir / EXIT_RECORD).exists():
+                return
+            plan, config = self._plan(spec, run_dir)
+            self._start_monitor(run_dir, lock, plan, spec.task, config)
+        finally:
+            os.close(lock)
+
+    def _lock(self, run_dir: Path, *, create: bool) -> int | None:
+        """Hold the run's lock; ``None`` when the run has no directory and ``create`` is false. A lock file that
+        ``remove`` deleted while we waited is not the run's lock any more, so take the new one."""
+        while True:
+            if create:
+                ensure_private_dir(run_dir)
+            path = run_dir / LOCK_FILE
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            except FileNotFoundError:
+                if create:
+                    continue
+                return None
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                return fd
+            os.close(fd)
+            if not create:
+                return None
+
+    def _plan(self, spec: WorkerSpec, run_dir: Path) -> tuple[LaunchPlan, bytes]:
+        layout = _PythonLayout.current()
+        common: dict[str, Any] = {
+            "run_dir": str(run_dir),
+            "labels": dataclasses.asdict(spec.labels),
+            "runner_args": self._runner_args,
+            "memory_bytes": spec.memory_bytes,
+            "pids": spec.pids,
+            "max_runtime_s": spec.max_runtime_s,
+            "max_output_bytes": spec.max_output_bytes,
+            "stderr_limit_bytes": self._stderr_limit_bytes,
+            "tmp_bytes": self._tmp_bytes,
+            "use_cgroups": self._use_cgroups,
+            "cgroup_name": f"claw-{spec.labels.installation}-{spec.labels.run_id}-{secrets.token_hex(4)}",
+        }
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUTF8": "1"}
+        if self._bwrap is None:
+            paths = ([str(layout.package.parent)] if layout.package else []) + [str(path) for path in layout.sites]
+            env |= {"PYTHONPATH": os.pathsep.join(paths), CONFIG_FILE_ENV: str(run_dir / HOST_CONFIG_FILE)}
+            plan = LaunchPlan(isolation="none", python=sys.executable, env=env, **common)
+            return plan, self._host_config(spec)
+        binds = [Bind(str(layout.prefix), SANDBOX_PYTHON)]
+        paths = []
+        if layout.package is not None:
+            binds.append(Bind(str(layout.package), f"{SANDBOX_SOURCE}/{layout.package.name}"))
+            paths.append(SANDBOX_SOURCE)
+        for index, directory in enumerate(layout.sites):
+            binds.append(Bind(str(directory), f"{SANDBOX_SITE}/{index}"))
+            paths.append(f"{SANDBOX_SITE}/{index}")
+        binds.append(Bind(str(spec.proxy_socket), SANDBOX_PROXY_SOCKET))
+        env |= {
+            "HOME": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
+            "PYTHONPATH": os.pathsep.join(paths),
+            "LD_LIBRARY_PATH": f"{SANDBOX_PYTHON}/lib",  # an interpreter may find libpython by an absolute RUNPATH
+            CONFIG_FILE_ENV: SANDBOX_CONFIG_FILE,
+        }
+        plan = LaunchPlan(
+            isolation="bubblewrap",
+            python=f"{SANDBOX_PYTHON}/{layout.executable}",
+            env=env,
+            bwrap=self._bwrap,
+            system=_system_entries(),
+            binds=tuple(binds),
+            sandbox_uid=SANDBOX_UID if os.geteuid() == 0 else None,
+            **common,
+        )
+        return plan, spec.config
+
+    @staticmethod
+    def _host_config(spec: WorkerSpec) -> bytes:
+        """Without a sandbox the proxy socket is at its host path, so the runner's configuration must say so."""
+        try:
+            config = parse_worker_config(spec.config.decode("utf-8", "surrogateescape"))
+        except WorkerConfigError as exc:
+            raise LocalBackendError(f"the runner configuration is invalid ({exc.code})", code="spec_invalid") from exc
+        if config.model_unix_socket is not None:
+            config = dataclasses.replace(config, model_unix_socket=str(spec.proxy_socket))
+        return config.to_json().encode()
+
+    def _start_monitor(self, run_dir: Path, lock: int, plan: LaunchPlan, task: str, config: bytes) -> None:
+        launch = os.memfd_create("claw-launch", os.MFD_CLOEXEC)
+        ready_r, ready_w = os.pipe()
+        try:
+            os.write(launch, encode_launch(plan, task, config))
+            os.lseek(launch, 0, os.SEEK_SET)
+            log = os.open(run_dir / MONITOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            try:
+                launcher = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
+                    [sys.executable, "-P", _MONITOR_SCRIPT, *_fd_args(launch, ready_w, lock)],
+                    pass_fds=(launch, ready_w, lock),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    cwd="/",
+                    env=_monitor_env(),
+                    start_new_session=True,
+                )
+            finally:
+                os.close(log)
+        except OSError as exc:
+            os.close(ready_r)
+            raise SpawnError(f"the monitor could not be started ({type(exc).__name__})") from exc
+        finally:
+            os.close(launch)
+            os.close(ready_w)
+        try:
+            deadline = time.monotonic() + self._spawn_timeout_s
+            launcher.wait(timeout=self._spawn_timeout_s)  # it forks the monitor and exits at once
+            answer = _read_answer(ready_r, deadline)
+        except subprocess.TimeoutExpired as exc:
+            raise SpawnError("the monitor did not start in time", retryable=True) from exc
+        finally:
+            os.close(ready_r)
+        if answer is None:
+            raise SpawnError("the worker did not report a start in time", retryable=True)
+        if not answer.get("ok"):
+            raise SpawnError(f"{answer.get('code', 'spawn_failed')}: {answer.get('message', 'see monitor.log')}")
+
+    # -- inspect ----------------------------------------------------------------------------------------------
+
+    def _inspect(self, labels: RunLabels) -> WorkerState:
+        run_dir = self.run_dir(labels)
+        record, exited = self._records(run_dir)
+        if record is None:
+            return _empty_state(self.isolation)
+        isolation: Isolation = record["isolation"]
+        limit = int(record["max_output_bytes"])
+        if exited is None:
+            monitor = ProcessId.from_json(record["monitor"])
+            if monitor is not None and monitor.alive():
+                return WorkerState(
+                    exists=True,
+                    running=True,
+                    exit_code=None,
+                    timed_out=False,
+                    stdout=_read_capped(run_dir / STDOUT_FILE, limit),
+                    stdout_truncated=(run_dir / TRUNCATED_MARK).exists(),
+                    isolation=isolation,
+                )
+            _, exited = self._records(run_dir)  # it may have finished in between
+        if exited is None:  # the monitor died without a record; its death killed the sandbox
+            return WorkerState(
+                exists=True,
+                running=False,
+                exit_code=LOST_EXIT_CODE,
+                timed_out=False,
+                stdout=_read_capped(run_dir / STDOUT_FILE, limit),
+                stdout_truncated=(run_dir / TRUNCATED_MARK).exists(),
+                isolation=isolation,
+            )
+        return WorkerState(
+            exists=True,
+            running=False,
+            exit_code=int(exited["exit_code"]),
+            timed_out=bool(exited["timed_out"]),
+            stdout=_read_capped(run_dir / STDOUT_FILE, limit),
+            stdout_truncated=bool(exited["stdout_truncated"]),
+            isolation=isolation,
+        )
+
+    @staticmethod
+    def _records(run_dir: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        try:
+            return read_json(run_dir / MONITOR_RECORD), read_json(run_dir / EXIT_RECORD)
+        except (OSError, ValueError) as exc:
+            raise LocalBackendError(
+                f"the worker records in {run_dir} could not be read ({type(exc).__name__})",
+                code="state_unreadable",
+                retryable=True,
+            ) from exc
+
+    # -- remove -----------------------------------------------------------------------------------------------
+
+    def _remove(self, labels: RunLabels) -> None:
+        run_dir = self.run_dir(labels)
+        lock = self._lock(run_dir, create=False)
+        if lock is None:
+            return
+        try:
+            record, _ = self._records(run_dir)
+            if record is not None:
+                self._kill(record)
+            shutil.rmtree(run_dir)
+            fsync_dir(run_dir.parent)
+        finally:
+            os.close(lock)
+
+    def _kill(self, record: dict[str, Any]) -> None:
+        """Kill the monitor first (so it writes nothing more), then the sandbox, then whatever its cgroups hold;
+        return once none of it is alive."""
+        deadline = time.monotonic() + self._remove_timeout_s
+        monitor = ProcessId.from_json(record["monitor"])
+        sandbox = record.get("sandbox") or {}
+        others = [ProcessId.from_json(sandbox.get(key)) for key in ("init", "bwrap", "runner")]
+        processes = [process for process in (monitor, *others) if process is not None]
+        cgroups = Cgroups.from_json(record.get("cgroups"))
+        if monitor is not None:
+            monitor.kill()
+            self._wait(lambda: not monitor.alive(), deadline)
+        for process in processes:
+            process.kill()
+        runner = ProcessId.from_json(sandbox.get("runner"))
+        if record["isolation"] == "none" and runner is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(runner.pid, signal.SIGKILL)  # what it forked stays in its process group
+        if cgroups is not None:
+            cgroups.kill_all()
+        self._wait(
+            lambda: not any(process.alive() for process in processes) and not (cgroups and cgroups.pids()),
+            deadline,
+        )
+        if cgroups is not None:
+            self._wait(cgroups.remove, deadline)
+
+    @staticmethod
+    def _wait(done: Any, deadline: float) -> None:
+        while not done():
+            if time.monotonic() >= deadline:
+                raise LocalBackendError(
+                    "the worker is still alive after SIGKILL", code="remove_timeout", retryable=True
+                )
+            time.sleep(_POLL_S)
+
+    # -- list -------------------------------------------------------------------------------------------------
+
+    def _list_workers(self) -> list[RunLabels]:
+        found: list[RunLabels] = []
+        if not self._state_dir.is_dir():
+            return found
+        for installation in sorted(self._state_dir.iterdir()):
+            if not installation.is_dir() or _INSTALLATION.fullmatch(installation.name) is None:
+                continue
+            for run in sorted(installation.iterdir()):
+                if not run.is_dir() or _RUN_ID.fullmatch(run.name) is None:
+                    continue
+                if not (run / MONITOR_RECORD).exists():
+                    continue
+                try:
+                    record = read_json(run / MONITOR_RECORD) or {}
+                    pod = str(record["labels"]["pod"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    pod = self._pod or ""  # listed all the same: an unreadable record is no proof that nothing runs
+                if self._pod is not None and pod != self._pod:
+                    continue
+                found.append(RunLabels(pod=pod, installation=installation.name, run_id=run.name))
+        return found
+
+
+def _fd_args(launch: int, ready: int, lock: int) -> list[str]:
+    return ["--launch-fd", str(launch), "--ready-fd", str(ready), "--lock-fd", str(lock)]
+
+
+def _monitor_env() -> dict[str, str]:
+    """The monitor imports only the standard library and runs programs by absolute path: it needs nothing of the
+    supervisor's environment, which may hold secrets."""
+    return {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+def _read_answer(fd: int, deadline: float) -> dict[str, Any] | None:
+    """The monitor's one-line readiness report, or ``None`` if none came before ``deadline``."""
+    data = b""
+    while b"\n" not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if not readable:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        answer = json.loads(data.split(b"\n", 1)[0]) if data else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        return {"ok": False, "code": "monitor_failed", "message": "the monitor ended without a report (monitor.log)"}
+    return answer
+
+
+__all__ = [
+    "DEFAULT_STDERR_LIMIT_BYTES",
+    "DEFAULT_TMP_BYTES",
+    "REMOVE_TIMEOUT_S",
+    "RUNNER_ARGS",
+    "SANDBOX_UID",
+    "SPAWN_TIMEOUT_S",
+    "IsolationUnavailableError",
+    "LocalBackend",
+    "LocalBackendError",
+    "SpawnError",
+]

@@ -1,0 +1,929 @@
+"""The local backend's monitor: one detached process per worker, outside the sandbox, that owns it to the end.
+
+Why a process of its own: workers outlive the supervisor and are re-adopted after a restart, so the sandbox
+cannot be the supervisor's child (bubblewrap's ``--die-with-parent`` would take it down with the supervisor,
+and nobody else could collect its exit status). ``LocalBackend.spawn`` runs this file as a script
+(``python -P monitor.py``: the supervisor's package stays unloaded, and this module imports nothing from
+clawstack, to keep one monitor per worker small); it forks once more so that init adopts it, and then:
+
+1. reads its :class:`LaunchPlan`, the task and the runner's configuration from a memory file descriptor (none
+   of them is in its argv or environment; the configuration reaches the sandbox by another descriptor);
+2. creates the run's cgroups (memory and pids, v1 or v2, nested under its own) where the host lets it, else
+   falls back to ``RLIMIT_AS``/``RLIMIT_NPROC``;
+3. writes the :data:`MONITOR_RECORD` (its pid and start time from ``/proc``, so that a recycled pid is never
+   mistaken for it) while it still holds the run's lock, which the spawner handed over;
+4. starts the sandbox (see :func:`bwrap_argv`), as root first staging what the sandbox binds in a private
+   mount namespace and then dropping to the sandbox uid, and reports readiness once the runner is exec'd;
+5. captures stdout into a bounded file (the rest is read and discarded), stderr into a bounded log, kills the
+   whole sandbox at the run's deadline or on SIGTERM, and writes the :data:`EXIT_RECORD` atomically (0600)
+   when the worker has ended.
+
+Killing a bubblewrap sandbox is killing its pid 1: the kernel then kills everything in its pid namespace,
+forks and daemons included. Everything here is single-threaded and synchronous on purpose: ``preexec_fn`` is
+only safe in a process without threads.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+# --- the run directory -----------------------------------------------------------------------------------------
+
+LOCK_FILE: Final = "lock"
+MONITOR_RECORD: Final = "monitor.json"
+EXIT_RECORD: Final = "exit.json"
+STDOUT_FILE: Final = "stdout"
+TRUNCATED_MARK: Final = "stdout.truncated"
+STDERR_FILE: Final = "stderr.log"
+MONITOR_LOG: Final = "monitor.log"
+HOST_CONFIG_FILE: Final = "config.json"
+"""Where the runner's configuration waits for it without a sandbox: in the 0700 run directory, 0600."""
+
+# --- the sandbox's layout --------------------------------------------------------------------------------------
+
+SANDBOX_PROXY_SOCKET: Final = "/run/claw/proxy.sock"
+"""Where the pod's proxy worker socket appears inside the sandbox: the runner's ``model_unix_socket``."""
+SANDBOX_CONFIG_FILE: Final = "/tmp/claw/config.json"  # noqa: S108 - the sandbox's own private tmpfs
+"""Where the runner's configuration appears inside the sandbox (0600 in a 0700 directory, owned by the runner)."""
+SANDBOX_PYTHON: Final = "/opt/claw/python"
+SANDBOX_SOURCE: Final = "/opt/claw/src"
+SANDBOX_SITE: Final = "/opt/claw/site"
+SANDBOX_HOSTNAME: Final = "claw"
+PYTHON_FLAGS: Final = ("-S", "-B", "-P")
+"""No ``site`` (only the bound paths count), no bytecode writes, no current directory on ``sys.path``."""
+
+LOST_EXIT_CODE: Final = 128 + signal.SIGKILL
+"""Reported when the monitor died without an exit record: its death SIGKILLs the sandbox (``--die-with-parent``)."""
+
+# Covered by a tmpfs of our own, in the monitor child's private mount namespace only.
+_STAGE_DIR: Final = "/tmp"  # noqa: S108
+_EXEC_POLL_S: Final = 0.005
+_EXEC_TIMEOUT_S: Final = 30.0
+_DRAIN_S: Final = 2.0
+_READ_CHUNK: Final = 1 << 16
+
+SandboxIsolation = Literal["bubblewrap", "none"]
+Limits = Literal["cgroup-v1", "cgroup-v2", "rlimit"]
+
+
+class MonitorError(Exception):
+    """A failure before the worker ran; ``code`` is what the spawner reports."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- processes -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessId:
+    """A process named so that a recycled pid never matches: its pid and its start time (clock ticks since boot)."""
+
+    pid: int
+    start: int
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessId | None:
+        """The process ``pid`` as it is now, or ``None`` if there is none."""
+        start = _proc_stat(pid)
+        return None if start is None or start[0] in "ZX" else cls(pid, start[1])
+
+    def alive(self) -> bool:
+        """Whether this very process still runs (a zombie has ended)."""
+        now = _proc_stat(self.pid)
+        return now is not None and now[1] == self.start and now[0] not in "ZX"
+
+    def kill(self) -> None:
+        """SIGKILL this very process, if it still runs; a pidfd makes the check and the signal one step."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            return
+        try:
+            if self.alive():
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass  # it ended in between
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def from_json(cls, value: Any) -> ProcessId | None:
+        if not isinstance(value, dict):
+            return None
+        return cls(int(value["pid"]), int(value["start"]))
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(b")") + 2 :].split()  # the command name may hold spaces and parentheses
+    return fields[0].decode(), int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(part) for part in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+# --- cgroups ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cgroups:
+    """The run's cgroups: one directory per hierarchy (v1: memory and pids; v2: one)."""
+
+    version: Literal["v1", "v2"]
+    paths: tuple[str, ...]
+
+    @property
+    def limits(self) -> Limits:
+        return "cgroup-v1" if self.version == "v1" else "cgroup-v2"
+
+    def join(self, pid: int) -> None:
+        """Move ``pid`` into every one of the run's cgroups (before it forks anything)."""
+        for path in self.paths:
+            Path(path, "cgroup.procs").write_text(f"{pid}\n")
+
+    def pids(self) -> set[int]:
+        """Every process still in the run's cgroups."""
+        found: set[int] = set()
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                found.update(int(line) for line in Path(path, "cgroup.procs").read_text().split())
+        return found
+
+    def kill_all(self) -> None:
+        """SIGKILL everything in the run's cgroups (``cgroup.kill`` where the kernel has it)."""
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                Path(path, "cgroup.kill").write_text("1\n")
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def remove(self) -> bool:
+        """Remove the run's cgroup directories; ``False`` while one still holds a process."""
+        done = True
+        for path in self.paths:
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                done = False
+        return done
+
+    @classmethod
+    def from_json(cls, value: Any) -> Cgroups | None:
+        if not isinstance(value, dict):
+            return None
+        version = value["version"]
+        if version not in ("v1", "v2"):
+            raise ValueError("unknown cgroup version")
+        return cls(version, tuple(str(path) for path in value["paths"]))
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """``/proc/<pid>/cgroup``: the cgroup path per v1 controller, and under ``""`` the v2 path."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            found[controller] = path
+    return found
+
+
+def parse_cgroup_mounts(text: str) -> list[tuple[str, str, set[str]]]:
+    """``/proc/<pid>/mountinfo``: ``(mount point, root, options)`` of every cgroup file system; the options name
+    a v1 hierarchy's controllers, or are ``{"cgroup2"}``."""
+    mounts: list[tuple[str, str, set[str]]] = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        parts, kinds = left.split(), right.split()
+        if len(parts) < 5 or len(kinds) < 3:
+            continue
+        if kinds[0] == "cgroup":
+            mounts.append((parts[4], parts[3], set(kinds[2].split(","))))
+        elif kinds[0] == "cgroup2":
+            mounts.append((parts[4], parts[3], {"cgroup2"}))
+    return mounts
+
+
+def _under(mount: str, root: str, path: str) -> str:
+    relative = path[len(root) :] if root != "/" and path.startswith(root) else path
+    return os.path.normpath(f"{mount}/{relative}")
+
+
+def plan_cgroups(name: str, *, proc_cgroup: str | None = None, mountinfo: str | None = None) -> Cgroups | None:
+    """Where the run's cgroups go, nested under this process's own: v1 when memory and pids hierarchies are
+    mounted, else v2 when the parent delegates both controllers; ``None`` when neither is possible. The texts
+    default to this process's ``/proc/self/cgroup`` and ``/proc/self/mountinfo``."""
+    try:
+        own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text() if proc_cgroup is None else proc_cgroup)
+        mounts = parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo)
+    except (OSError, ValueError):
+        return None
+    v1: dict[str, str] = {}
+    for controller in ("memory", "pids"):
+        for mount, root, options in mounts:
+            if controller in options and controller in own:
+                v1[controller] = os.path.join(_under(mount, root, own[controller]), name)
+                break
+    if len(v1) == 2:
+        return Cgroups("v1", (v1["memory"], v1["pids"]))
+    for mount, root, options in mounts:
+        if "cgroup2" in options and "" in own:
+            parent = _under(mount, root, own[""])
+            try:
+                delegated = set(Path(parent, "cgroup.subtree_control").read_text().split())
+            except OSError:
+                return None
+            if {"memory", "pids"} <= delegated:
+                return Cgroups("v2", (os.path.join(parent, name),))
+    return None
+
+
+def create_cgroups(cgroups: Cgroups, *, memory_bytes: int, pids: int) -> None:
+    """Create the run's cgroups with their limits (swap included); on any failure, nothing is left behind."""
+    if cgroups.version == "v1":
+        files = [
+            (cgroups.paths[0], "memory.limit_in_bytes", memory_bytes, True),
+            (cgroups.paths[0], "memory.memsw.limit_in_bytes", memory_bytes, False),
+            (cgroups.paths[1], "pids.max", pids, True),
+        ]
+    else:
+        files = [
+            (cgroups.paths[0], "memory.max", memory_bytes, True),
+            (cgroups.paths[0], "memory.swap.max", 0, False),
+            (cgroups.paths[0], "pids.max", pids, True),
+        ]
+    try:
+        for path in cgroups.paths:
+            os.mkdir(path, 0o755)
+        for path, name, value, required in files:
+            target = Path(path, name)
+            if required or target.exists():
+                target.write_text(f"{value}\n")
+    except OSError:
+        cgroups.remove()
+        raise
+
+
+# --- the plan --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """A host path bound read-only into the sandbox at ``dest``."""
+
+    source: str
+    dest: str
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """Everything the monitor needs to start one worker, except the task and the configuration.
+
+    ``python`` is the interpreter as the worker sees it (inside the sandbox, or on the host without one);
+    ``system`` lists ``("symlink", target, dest)`` and ``("ro-bind", source, dest)`` entries for the host's
+    system directories; ``binds`` (the interpreter, the runner's code and the proxy socket) are staged by a root
+    monitor before it drops to ``sandbox_uid``.
+    """
+
+    run_dir: str
+    labels: dict[str, str]
+    isolation: SandboxIsolation
+    python: str
+    runner_args: tuple[str, ...]
+    env: dict[str, str]
+    memory_bytes: int
+    pids: int
+    max_runtime_s: int
+    max_output_bytes: int
+    stderr_limit_bytes: int
+    tmp_bytes: int
+    bwrap: str | None = None
+    system: tuple[tuple[str, str, str], ...] = ()
+    binds: tuple[Bind, ...] = ()
+    sandbox_uid: int | None = None
+    use_cgroups: bool = True
+    cgroup_name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> LaunchPlan:
+        data = dict(value)
+        data["runner_args"] = tuple(data["runner_args"])
+        data["system"] = tuple(tuple(entry) for entry in data["system"])
+        data["binds"] = tuple(Bind(**bind) for bind in data["binds"])
+        return cls(**data)
+
+
+def runner_command(plan: LaunchPlan, task: str) -> list[str]:
+    """The runner's command line: the interpreter, its flags, the runner, ``--`` and the task, nothing else."""
+    return [plan.python, *PYTHON_FLAGS, *plan.runner_args, "--", task]
+
+
+def bwrap_argv(plan: LaunchPlan, *, sources: Sequence[str], config_fd: int, status_fd: int, task: str) -> list[str]:
+    """bubblewrap's command line for ``plan``; ``sources`` are where each of ``plan.binds`` can be found (staged
+    or as they are).
+
+    New user (no further ones), PID, IPC, UTS, cgroup and network namespaces: the network namespace has only a
+    loopback of its own, so the proxy socket (one of the binds) is the one way out. No capabilities, ``no_new_privs`` (bubblewrap
+    always sets it), a read-only root, ``/dev`` read-only, a private size-limited tmpfs ``/tmp`` and the
+    configuration as a 0600 file in a 0700 directory of it, a clean environment and a new session.
+    """
+    assert plan.bwrap is not None
+    argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    argv += ["--cap-drop", "ALL", "--hostname", SANDBOX_HOSTNAME, "--clearenv"]
+    for key, value in sorted(plan.env.items()):
+        argv += ["--setenv", key, value]
+    for kind, source, dest in plan.system:
+        argv += ["--symlink" if kind == "symlink" else "--ro-bind", source, dest]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    for bind, source in zip(plan.binds, sources, strict=True):
+        argv += ["--ro-bind", source, bind.dest]  # a socket on a read-only mount still takes connections
+    argv += ["--size", str(plan.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own
+    argv += ["--perms", "0700", "--dir", os.path.dirname(SANDBOX_CONFIG_FILE)]
+    argv += ["--perms", "0600", "--file", str(config_fd), SANDBOX_CONFIG_FILE]
+    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--json-status-fd", str(status_fd), "--"]  # noqa: S108
+    return argv + runner_command(plan, task)
+
+
+# --- staging (root only, in the child, before it drops to the sandbox uid) -------------------------------------
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC = 1, 2, 4, 32, 4096, 16384
+_MS_PRIVATE = 1 << 18
+_CLONE_NEWNS = 0x00020000
+_PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    return libc
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def staged_sources(count: int) -> list[str]:
+    """Where :func:`stage_binds` puts ``count`` bind sources."""
+    return [f"{_STAGE_DIR}/{index}" for index in range(count)]
+
+
+def stage_binds(sources: Sequence[str]) -> None:
+    """Make ``sources`` reachable for the unprivileged sandbox user without changing the host: in a private
+    mount namespace, open each while still root, cover :data:`_STAGE_DIR` with a small tmpfs and bind each
+    source (read-only) at :func:`staged_sources`. The host's mount table never sees any of it."""
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    # Opened in the new namespace (a bind's source must be in it) and before anything is covered.
+    fds = [os.open(source, os.O_PATH | os.O_CLOEXEC) for source in sources]
+    _check(
+        libc.mount(b"claw-stage", _STAGE_DIR.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755,size=64k"),
+        "mount stage",
+    )
+    for fd, target in zip(fds, staged_sources(len(fds)), strict=True):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.mkdir(target, 0o755)
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, _MS_BIND | _MS_REC, None), "bind")
+        flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+        _check(libc.mount(None, target.encode(), None, flags, None), "remount read-only")
+        os.close(fd)
+
+
+def drop_privileges(uid: int) -> None:
+    """Become ``uid`` (and the same gid) with no supplementary groups; the kernel clears every capability."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+# --- records ---------------------------------------------------------------------------------------------------
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A record written atomically by this module, or ``None`` when it is not there."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return data
+
+
+def _write_json(path: Path, value: Mapping[str, Any]) -> None:
+    """Atomically and durably replace ``path`` (0600): what ``clawstack.common.files.write_private`` does. It is
+    not imported because ``clawstack.common`` loads the HTTP stack, which would multiply every monitor's memory
+    (one monitor per worker) several times over; this module imports nothing from clawstack."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(value, sort_keys=True).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- the monitor -----------------------------------------------------------------------------------------------
+
+
+class _Capture:
+    """A pipe read into a file up to ``limit`` bytes; the rest is read and discarded."""
+
+    def __init__(self, fd: int, path: Path, limit: int, mark: Path | None = None) -> None:
+        self.fd, self.limit, self.mark = fd, limit, mark
+        self.out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        self.written = 0
+        self.truncated = False
+        self.open = True
+
+    def pump(self) -> None:
+        try:
+            chunk = os.read(self.fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.open = False
+            return
+        keep = chunk[: max(0, self.limit - self.written)]
+        if keep:
+            os.write(self.out, keep)
+            self.written += len(keep)
+        if len(keep) < len(chunk) and not self.truncated:
+            self.truncated = True
+            if self.mark is not None:
+                os.close(os.open(self.mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+    def close(self) -> None:
+        os.fsync(self.out)
+        os.close(self.out)
+        os.close(self.fd)
+
+
+@dataclass
+class _Started:
+    process: subprocess.Popen[bytes]
+    status_fd: int | None
+    stdout: _Capture
+    stderr: _Capture
+    init: ProcessId | None = None
+    status: bytes = b""
+    exit_code: int | None = None
+
+
+class Monitor:
+    """One worker's monitor, in the detached process. See the module docstring for the sequence."""
+
+    def __init__(self, plan: LaunchPlan, task: str, config: bytes) -> None:
+        self.plan, self.task, self.config = plan, task, config
+        self.run_dir = Path(plan.run_dir)
+        self.me = ProcessId.of(os.getpid())
+        self.cgroups: Cgroups | None = None
+        self.limits: Limits = "rlimit"
+        self.record: dict[str, Any] = {}
+        self.stopped: list[int] = []
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        # From the start, so that a SIGTERM during the start stops the worker instead of orphaning its records.
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda number, _frame: self.stopped.append(number))
+        signal.signal(signal.SIGCHLD, lambda _number, _frame: None)
+
+    # -- start ------------------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Cgroups first, then the monitor record: once the record exists, ``remove`` can find everything."""
+        if self.plan.use_cgroups:
+            planned = plan_cgroups(self.plan.cgroup_name)
+            if planned is not None:
+                try:
+                    create_cgroups(planned, memory_bytes=self.plan.memory_bytes, pids=self.plan.pids)
+                    self.cgroups, self.limits = planned, planned.limits
+                except OSError:
+                    self.cgroups = None
+        assert self.me is not None
+        self.record = {
+            "version": 1,
+            "labels": self.plan.labels,
+            "isolation": self.plan.isolation,
+            "limits": self.limits,
+            "uid": self.plan.sandbox_uid if self.plan.sandbox_uid is not None else os.geteuid(),
+            "monitor": asdict(self.me),
+            "cgroups": None if self.cgroups is None else asdict(self.cgroups),
+            "max_output_bytes": self.plan.max_output_bytes,
+            "max_runtime_s": self.plan.max_runtime_s,
+            "started_at": _timestamp(),
+            "sandbox": None,
+        }
+        _write_json(self.run_dir / MONITOR_RECORD, self.record)
+
+    def _preexec(self, stage: Sequence[str], diagnostics: int) -> None:
+        # Runs in the forked child, single-threaded, as root when a uid is to be dropped.
+        try:
+            if self.cgroups is not None:
+                self.cgroups.join(os.getpid())
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if self.cgroups is None:
+                resource.setrlimit(resource.RLIMIT_AS, (self.plan.memory_bytes, self.plan.memory_bytes))
+                resource.setrlimit(resource.RLIMIT_NPROC, (self.plan.pids, self.plan.pids))
+            if self.plan.isolation == "none":
+                _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+            if stage:
+                stage_binds(stage)
+            if self.plan.sandbox_uid is not None:
+                drop_privileges(self.plan.sandbox_uid)
+        except Exception as exc:
+            with contextlib.suppress(OSError):
+                os.write(diagnostics, f"{type(exc).__name__}: {exc}".encode()[:500])
+            raise
+
+    def start(self) -> _Started:
+        """Start the worker; return once its runner is exec'd. Raises :class:`MonitorError` otherwise."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        diag_r, diag_w = os.pipe()
+        status_r: int | None = None
+        keep: list[int] = []
+        stage: list[str] = []
+        if self.plan.isolation == "bubblewrap":
+            status_r, status_w = os.pipe()
+            config_fd = os.memfd_create("claw-config", os.MFD_CLOEXEC)
+            os.write(config_fd, self.config)
+            os.lseek(config_fd, 0, os.SEEK_SET)
+            sources = [bind.source for bind in self.plan.binds]
+            if self.plan.sandbox_uid is not None:
+                stage, sources = sources, staged_sources(len(sources))
+            argv = bwrap_argv(self.plan, sources=sources, config_fd=config_fd, status_fd=status_w, task=self.task)
+            keep = [config_fd, status_w]
+            env = {"PATH": "/usr/bin:/bin"}
+        else:
+            config_path = self.run_dir / HOST_CONFIG_FILE
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(config_path)  # a crashed monitor's leftover
+            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(self.config)
+            argv = runner_command(self.plan, self.task)
+            env = dict(self.plan.env)
+        stdout = _Capture(out_r, self.run_dir / STDOUT_FILE, self.plan.max_output_bytes, self.run_dir / TRUNCATED_MARK)
+        stderr = _Capture(err_r, self.run_dir / STDERR_FILE, self.plan.stderr_limit_bytes)
+        try:
+            process = subprocess.Popen(  # noqa: S603 - argv built from the plan, no shell
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=keep,
+                env=env,
+                cwd="/",
+                start_new_session=self.plan.isolation == "none",
+                preexec_fn=lambda: self._preexec(stage, diag_w),  # safe: the monitor has no other thread
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = _read_available(diag_r).decode("utf-8", "replace") or f"{type(exc).__name__}: {exc}"
+            raise MonitorError("sandbox_unavailable", f"the worker could not be started ({detail})") from exc
+        finally:
+            for fd in (out_w, err_w, diag_w, diag_r, *keep):
+                os.close(fd)
+        self.config = b""  # the worker has its copy; the monitor keeps none
+        started = _Started(process, status_r, stdout, stderr)
+        if status_r is not None:
+            self._wait_for_exec(started)
+        else:
+            self.record["sandbox"] = {"runner": _asdict_or_none(ProcessId.of(process.pid))}
+            _write_json(self.run_dir / MONITOR_RECORD, self.record)
+        return started
+
+    def _wait_for_exec(self, started: _Started) -> None:
+        """Wait for bubblewrap's pid 1, then for the runner's exec; bubblewrap exiting first is a failure."""
+        assert started.status_fd is not None
+        os.set_blocking(started.status_fd, False)
+        deadline = time.monotonic() + _EXEC_TIMEOUT_S
+        runner: ProcessId | None = None
+        while time.monotonic() < deadline:
+            started.status += _read_available(started.status_fd)
+            self._parse_status(started)
+            if started.process.poll() is not None:
+                break
+            if started.init is not None:
+                for child in _children(started.init.pid):
+                    comm = _comm(child)
+                    if comm is not None and comm != "bwrap":
+                        runner = ProcessId.of(child)
+                if runner is not None:
+                    break
+            time.sleep(_EXEC_POLL_S)
+        if runner is None:
+            self._kill(started)
+            started.process.wait()
+            while started.stderr.open:
+                started.stderr.pump()
+            detail = (self.run_dir / STDERR_FILE).read_bytes()[:500].decode("utf-8", "replace").strip()
+            raise MonitorError(
+                "sandbox_unavailable", f"bubblewrap could not start the worker ({detail or 'no detail'})"
+            )
+        self.record["sandbox"] = {
+            "bwrap": _asdict_or_none(ProcessId.of(started.process.pid)),
+            "init": _asdict_or_none(started.init),
+            "runner": asdict(runner),
+        }
+        _write_json(self.run_dir / MONITOR_RECORD, self.record)
+
+    @staticmethod
+    def _parse_status(started: _Started) -> None:
+        """bubblewrap's ``--json-status-fd`` stream: ``{"child-pid": N, …}`` then ``{"exit-code": N}``."""
+        decoder = json.JSONDecoder()
+        text = started.status.decode("utf-8", "replace")
+        position = 0
+        while True:
+            start = len(text) - len(text[position:].lstrip())
+            try:
+                document, position = decoder.raw_decode(text, start)
+            except ValueError:
+                break
+            if isinstance(document, dict):
+                if "child-pid" in document and started.init is None:
+                    started.init = ProcessId.of(int(document["child-pid"]))
+                if "exit-code" in document:
+                    started.exit_code = int(document["exit-code"])
+        started.status = text[position:].encode()
+
+    # -- run --------------------------------------------------------------------------------------------------
+
+    def _kill(self, started: _Started) -> None:
+        """Kill the whole worker: bubblewrap's pid 1 (its pid namespace goes with it), or without a sandbox the
+        runner's process group; then whatever the cgroups still hold."""
+        if started.init is not None:
+            started.init.kill()
+        if started.process.poll() is None:
+            with contextlib.suppress(OSError):
+                if self.plan.isolation == "none":
+                    os.killpg(started.process.pid, signal.SIGKILL)
+                else:
+                    started.process.kill()
+        if self.cgroups is not None:
+            self.cgroups.kill_all()
+
+    def run(self, started: _Started) -> None:
+        """Supervise the worker to its end and write the exit record."""
+        stopped = self.stopped
+        selector = selectors.DefaultSelector()
+        for capture in (started.stdout, started.stderr):
+            os.set_blocking(capture.fd, False)
+            selector.register(capture.fd, selectors.EVENT_READ, capture)
+        selector.register(self._wake_r, selectors.EVENT_READ, None)
+        if started.status_fd is not None:
+            selector.register(started.status_fd, selectors.EVENT_READ, "status")
+        deadline = time.monotonic() + self.plan.max_runtime_s
+        timed_out = killed = False
+        drain_until: float | None = None
+        while True:
+            now = time.monotonic()
+            if started.process.poll() is not None:
+                if drain_until is None:
+                    drain_until = now + _DRAIN_S
+                if not (started.stdout.open or started.stderr.open) or now >= drain_until:
+                    break
+            elif stopped and not killed:
+                killed = True
+                self._kill(started)
+            elif now >= deadline and not killed:
+                timed_out = killed = True
+                self._kill(started)
+            limit = drain_until if drain_until is not None else deadline
+            for key, _ in selector.select(timeout=max(0.0, min(limit - now, 1.0)) if not killed else 0.05):
+                if key.data is None:
+                    _read_available(self._wake_r)
+                elif key.data == "status":
+                    try:
+                        chunk = os.read(key.fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:  # bubblewrap has gone; nothing more will come
+                        selector.unregister(key.fd)
+                    started.status += chunk
+                    self._parse_status(started)
+                elif isinstance(key.data, _Capture):
+                    key.data.pump()
+                    if not key.data.open:
+                        selector.unregister(key.fd)
+        returncode = started.process.wait()
+        exit_code = started.exit_code
+        if exit_code is None:
+            exit_code = 128 - returncode if returncode < 0 else returncode
+        if self.plan.isolation == "none":
+            with contextlib.suppress(OSError):
+                os.killpg(started.process.pid, signal.SIGKILL)  # what the runner left behind
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.run_dir / HOST_CONFIG_FILE)
+        started.stdout.close()
+        started.stderr.close()
+        _write_json(
+            self.run_dir / EXIT_RECORD,
+            {
+                "exit_code": exit_code,
+                "timed_out": timed_out,
+                "stopped": bool(stopped) and not timed_out,
+                "stdout_bytes": started.stdout.written,
+                "stdout_truncated": started.stdout.truncated,
+                "ended_at": _timestamp(),
+            },
+        )
+        self.release_cgroups()
+
+    def release_cgroups(self) -> None:
+        """Remove the run's cgroups once nothing is left in them (bounded: ``remove`` tries again)."""
+        if self.cgroups is None:
+            return
+        deadline = time.monotonic() + _DRAIN_S
+        while not self.cgroups.remove() and time.monotonic() < deadline:
+            self.cgroups.kill_all()
+            time.sleep(_EXEC_POLL_S)
+
+    def abandon(self) -> None:
+        """Undo :meth:`prepare` after a failed start: no worker ran, so nothing of it may seem to exist."""
+        self.release_cgroups()
+        for name in (MONITOR_RECORD, STDOUT_FILE, TRUNCATED_MARK, STDERR_FILE, HOST_CONFIG_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.run_dir / name)
+
+
+def _asdict_or_none(value: ProcessId | None) -> dict[str, int] | None:
+    return None if value is None else asdict(value)
+
+
+def _read_available(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.set_blocking(fd, blocking)
+    return b"".join(chunks)
+
+
+def _report(fd: int, message: Mapping[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _read_launch(fd: int) -> tuple[LaunchPlan, str, bytes]:
+    with os.fdopen(fd, "rb") as handle:
+        handle.seek(0)
+        launch = json.loads(handle.read())
+    return LaunchPlan.from_json(launch["plan"]), launch["task"], base64.b64decode(launch["config"])
+
+
+def encode_launch(plan: LaunchPlan, task: str, config: bytes) -> bytes:
+    """The document the spawner hands the monitor through ``--launch-fd``."""
+    return json.dumps({"plan": plan.to_json(), "task": task, "config": base64.b64encode(config).decode()}).encode()
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -P monitor.py --launch-fd N --ready-fd N --lock-fd N``: the fds are inherited from the spawner."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    fds = {name: int(value) for name, value in zip(args[::2], args[1::2], strict=True)}
+    launch_fd, ready_fd, lock_fd = fds["--launch-fd"], fds["--ready-fd"], fds["--lock-fd"]
+    # Detach: the spawner waits only for this first process; init adopts the second, which outlives the spawner.
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    with _closing(lock_fd):
+        try:
+            plan, task, config = _read_launch(launch_fd)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _report(
+                ready_fd,
+                {"ok": False, "code": "launch_invalid", "message": f"unreadable launch ({type(exc).__name__})"},
+            )
+            return 1
+        monitor = Monitor(plan, task, config)
+        try:
+            monitor.prepare()
+            started = monitor.start()
+        except MonitorError as exc:
+            monitor.abandon()
+            _report(ready_fd, {"ok": False, "code": exc.code, "message": exc.message})
+            return 1
+        except Exception as exc:
+            monitor.abandon()
+            _report(ready_fd, {"ok": False, "code": "monitor_failed", "message": f"{type(exc).__name__}: {exc}"})
+            return 1
+    del config
+    _report(ready_fd, {"ok": True, "isolation": plan.isolation, "limits": monitor.limits})
+    monitor.run(started)
+    return 0
+
+
+__all__ = [
+    "EXIT_RECORD",
+    "HOST_CONFIG_FILE",
+    "LOCK_FILE",
+    "LOST_EXIT_CODE",
+    "MONITOR_LOG",
+    "MONITOR_RECORD",
+    "PYTHON_FLAGS",
+    "SANDBOX_CONFIG_FILE",
+    "SANDBOX_HOSTNAME",
+    "SANDBOX_PROXY_SOCKET",
+    "SANDBOX_PYTHON",
+    "SANDBOX_SITE",
+    "SANDBOX_SOURCE",
+    "STDERR_FILE",
+    "STDOUT_FILE",
+    "TRUNCATED_MARK",
+    "Bind",
+    "Cgroups",
+    "LaunchPlan",
+    "Monitor",
+    "MonitorError",
+    "ProcessId",
+    "bwrap_argv",
+    "create_cgroups",
+    "drop_privileges",
+    "encode_launch",
+    "main",
+    "plan_cgroups",
+    "read_json",
+    "runner_command",
+    "stage_binds",
+    "staged_sources",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The supervisor's exception tree: every API refusal is a :class:`RunsError` with the spec's code and status.
+
+::
+
+    RunsError (ClawError)        code, status, extra (fields added to the error object, e.g. current_template_id)
+     ├── request_invalid 400     malformed body, unknown field, bad identifier, spec outside the subset
+     ├── body_too_large 413 · body_timeout 408
+     ├── digest_invalid 400 · digest_mismatch 409 · template_changed 409 · cancelled 409 · stale_generation 409
+     ├── grant_exceeded 422 · template_unknown 422 · callbacks_disabled 422
+     ├── not_found 404 · result_unavailable 409 · home_busy 409 · network_unavailable 503
+     └── subscriptions_unsupported 501
+
+Errors render as ``{"error":{"code","message",…},"run":null}`` and never echo task text or credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clawstack.common.errors import ClawError
+
+STATUS = {
+    "request_invalid": 400,
+    "body_too_large": 413,
+    "body_timeout": 408,
+    "digest_invalid": 400,
+    "digest_mismatch": 409,
+    "template_changed": 409,
+    "cancelled": 409,
+    "stale_generation": 409,
+    "grant_exceeded": 422,
+    "template_unknown": 422,
+    "callbacks_disabled": 422,
+    "not_found": 404,
+    "result_unavailable": 409,
+    "home_busy": 409,
+    "network_unavailable": 503,
+    "subscriptions_unsupported": 501,
+    "method_not_allowed": 405,
+    "internal_error": 500,
+}
+
+
+class RunsError(ClawError):
+    """An API refusal with its stable code; ``status`` follows from the code."""
+
+    def __init__(self, code: str, message: str, *, extra: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.status = STATUS.get(code, 400)
+        self.extra = dict(extra or {})
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.extra}, "run": None}
+
+
+__all__ = ["STATUS", "RunsError"]

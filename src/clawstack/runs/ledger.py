@@ -1,0 +1,180 @@
+"""The run ledger: one durable record per run, and tombstones, in SQLite (WAL, ``synchronous=FULL``).
+
+The supervisor is the only writer. Every write commits (and so reaches the disk) before the call returns, so an
+API answer built from a record never reports state that a crash could lose. A record is stored as JSON beside the
+columns the supervisor queries; :class:`RunRecord` is the whole truth about a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from clawstack.common.errors import ClawError
+from clawstack.common.files import ensure_private_dir
+
+State = Literal["accepted", "running", "revoking", "revoked", "stopped", "failed"]
+TERMINAL: Final = frozenset({"stopped", "failed"})
+ORDER: Final = {"accepted": 0, "running": 1, "revoking": 2, "revoked": 3, "stopped": 4, "failed": 4}
+
+
+class LedgerError(ClawError):
+    code = "ledger_unavailable"
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """Everything the supervisor knows about one run."""
+
+    installation: str
+    run_id: str
+    generation: int
+    spec_digest: str
+    spec: dict[str, Any]
+    template: str
+    template_id: str
+    models: list[dict[str, Any]]
+    tools: list[str]
+    authority_expires_at: str
+    accepted_at: str
+    state: State = "accepted"
+    cancelled: bool = False
+    max_runtime_seconds: int = 0
+    run_agent_id: str | None = None
+    revoked: bool = False
+    revocation_proof: str | None = None
+    exit_code: int | None = None
+    failure: str | None = None
+    result_bytes: int | None = None
+    result_truncated: bool = False
+    credential: Literal["held", "missing", "none"] = "none"
+    callbacks: dict[str, str] = field(default_factory=lambda: {"start": "skipped", "end": "skipped"})
+    deadline: str | None = None
+    started_at: str | None = None
+    exited_at: str | None = None
+    ended_at: str | None = None
+    pending: str | None = None
+    capture_epoch: int | None = None
+    capture_epoch_observed_at: str | None = None
+    isolation: str | None = None
+    spawned: bool = False  # a worker was asked to start (so start is owed before end)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.installation, self.run_id
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunRecord:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    installation: str
+    run_id: str
+    generation: int
+    cancelled_at: str
+
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS runs (
+        installation TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL,
+        PRIMARY KEY (installation, run_id))""",
+    "CREATE INDEX IF NOT EXISTS runs_state ON runs (state)",
+    """CREATE TABLE IF NOT EXISTS tombstones (
+        installation TEXT NOT NULL, run_id TEXT NOT NULL, generation INTEGER NOT NULL, cancelled_at TEXT NOT NULL,
+        PRIMARY KEY (installation, run_id))""",
+)
+
+
+class Ledger:
+    """The durable store of runs. Not thread-safe: the supervisor's event loop is its one writer."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "ledger.sqlite3"
+        self._db: sqlite3.Connection | None = None
+
+    def open(self) -> None:
+        ensure_private_dir(self.path.parent)
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            for statement in _SCHEMA:
+                db.execute(statement)
+        except sqlite3.Error as exc:
+            raise LedgerError("the run ledger cannot be opened") from exc
+        self._db = db
+        self.path.chmod(0o600)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise LedgerError("the run ledger is closed")
+        return self._db
+
+    def get(self, installation: str, run_id: str) -> RunRecord | None:
+        row = self._query("SELECT record FROM runs WHERE installation=? AND run_id=?", (installation, run_id))
+        return RunRecord.from_json(row[0][0]) if row else None
+
+    def insert(self, record: RunRecord) -> None:
+        self._write(
+            "INSERT INTO runs (installation, run_id, state, record) VALUES (?,?,?,?)",
+            (record.installation, record.run_id, record.state, record.to_json()),
+        )
+
+    def update(self, record: RunRecord) -> None:
+        self._write(
+            "UPDATE runs SET state=?, record=? WHERE installation=? AND run_id=?",
+            (record.state, record.to_json(), record.installation, record.run_id),
+        )
+
+    def unfinished(self) -> list[RunRecord]:
+        rows = self._query("SELECT record FROM runs WHERE state NOT IN ('stopped', 'failed')", ())
+        return [RunRecord.from_json(row[0]) for row in rows]
+
+    def count(self) -> int:
+        return int(self._query("SELECT count(*) FROM runs", ())[0][0])
+
+    def tombstone(self, installation: str, run_id: str, generation: int, cancelled_at: str) -> Tombstone:
+        existing = self.tombstoned(installation, run_id)
+        if existing is not None:
+            return existing
+        self._write("INSERT INTO tombstones VALUES (?,?,?,?)", (installation, run_id, generation, cancelled_at))
+        return Tombstone(installation, run_id, generation, cancelled_at)
+
+    def tombstoned(self, installation: str, run_id: str) -> Tombstone | None:
+        rows = self._query(
+            "SELECT generation, cancelled_at FROM tombstones WHERE installation=? AND run_id=?", (installation, run_id)
+        )
+        return Tombstone(installation, run_id, int(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise LedgerError("the run ledger cannot be read") from exc
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        try:
+            self._conn().execute(sql, params)
+        except sqlite3.Error as exc:
+            raise LedgerError("the run ledger cannot be written") from exc
+
+
+__all__ = ["ORDER", "TERMINAL", "Ledger", "LedgerError", "RunRecord", "State", "Tombstone"]

@@ -1,0 +1,261 @@
+"""One driver per run: the spec's state machine, with every step recorded before the next one begins.
+
+::
+
+    accepted ─► running ─► revoking ─► revoked ─► stopped | failed
+        └─────cancel───────► revoking (no worker ever created)
+
+A step is idempotent, so a driver restarted after a crash (the supervisor's reconcile) simply runs the state it
+finds: ``accepted`` creates the identity (same id and secret as before) and asks the backend to spawn, which starts
+nothing if the run already has a worker; ``running`` watches the worker; ``revoking`` removes the worker and
+revokes the identity until the proxy acknowledges. A run is never terminal while a worker carries its labels or
+before its identity's revocation is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from clawstack.common.clock import format_timestamp, parse_timestamp
+from clawstack.common.errors import ClawError
+from clawstack.common.files import ensure_private_dir, read_private, write_private
+from clawstack.common.ids import new_secret
+from clawstack.proxy.identities import ChainEntry
+from clawstack.runs.backends.base import RunLabels, WorkerSpec
+from clawstack.runs.ledger import RunRecord
+from clawstack.worker.contract import ANSWER_MARKER, WorkerConfig
+
+if TYPE_CHECKING:
+    from clawstack.runs.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S: Final = 0.05
+RETRY_INITIAL_S: Final = 0.5
+RETRY_MAX_S: Final = 30.0
+WORKER_SOCKET: Final = "/run/claw/proxy.sock"
+
+
+def identity_id(record: RunRecord) -> str:
+    digest = hashlib.sha256(f"{record.installation}/{record.run_id}/{record.accepted_at}".encode()).hexdigest()
+    return f"run-{digest[:32]}"
+
+
+def extract_answer(stdout: bytes, max_bytes: int) -> tuple[bytes, bool] | None:
+    """Everything after the first ``\\n🦞`` marker (less one space and the final newline), cut at ``max_bytes``."""
+    marker = ANSWER_MARKER.encode()
+    index = stdout.find(marker)
+    if index < 0:
+        return None
+    answer = stdout[index + len(marker) :].removeprefix(b" ").removesuffix(b"\n")
+    if len(answer) > max_bytes:
+        cut = answer[:max_bytes]
+        while cut and (cut[-1] & 0xC0) == 0x80:  # do not split a UTF-8 character
+            cut = cut[:-1]
+        if cut and cut[-1] >= 0xC0:
+            cut = cut[:-1]
+        return cut, True
+    return answer, False
+
+
+class RunDriver:
+    """Moves one run to a terminal state. Created by the supervisor; one per run at a time."""
+
+    def __init__(self, supervisor: Supervisor, key: tuple[str, str]) -> None:
+        self.sup = supervisor
+        self.key = key
+        self.wake = asyncio.Event()
+
+    async def run(self) -> None:
+        retry = RETRY_INITIAL_S
+        while True:
+            record = self.sup.record(self.key)
+            if record.terminal:
+                return
+            try:
+                progressed = await self._step(record)
+            except ClawError as exc:  # a dependency is unavailable: say so and retry; never lose the run
+                self.sup.save(record, pending=f"{exc.code}: retrying")
+                log.warning("run %s/%s: %s (%s); retrying", *self.key, exc.code, type(exc).__name__)
+                progressed = False
+                await self._sleep(retry)
+                retry = min(retry * 2, RETRY_MAX_S)
+                continue
+            if progressed:
+                retry = RETRY_INITIAL_S
+
+    async def _sleep(self, delay_s: float) -> None:
+        self.wake.clear()
+        try:
+            async with asyncio.timeout(delay_s):
+                await self.wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _step(self, record: RunRecord) -> bool:
+        if record.state == "accepted":
+            return await self._start(record)
+        if record.state == "running":
+            return await self._watch(record)
+        if record.state == "revoking":
+            return await self._revoke(record)
+        if record.state == "revoked":
+            return self._finish(record)
+        return False
+
+    # ----------------------------------------------------------------------------------------------- accepted
+
+    async def _start(self, record: RunRecord) -> bool:
+        if record.cancelled:
+            self.sup.save(record, state="revoking")
+            return True
+        now = self.sup.clock.now()
+        if now >= parse_timestamp(record.authority_expires_at):
+            self.sup.save(record, state="revoking", failure="authority_expired")
+            return True
+        template = self.sup.template_for(record)
+        proxy = self.sup.proxy
+        await proxy.self_test()
+        secret = self._identity_secret(record)
+        ident = identity_id(record)
+        if record.run_agent_id is None:
+            self.sup.save(record, run_agent_id=ident)
+        expires = parse_timestamp(record.authority_expires_at) + timedelta(minutes=5)
+        await proxy.create_identity(
+            identity_id=ident,
+            secret=secret,
+            chain=[ChainEntry.from_dict(m) for m in record.models],
+            tools=record.tools,
+            expires_at=expires,
+            labels={"pod": self.sup.pod_name, "installation": record.installation, "run_id": record.run_id},
+        )
+        if record.capture_epoch_observed_at is None and not record.spawned:  # observed once, never rewritten
+            epoch = await proxy.capture_epoch()
+            observed: str | None = format_timestamp(self.sup.clock.now()) if epoch is not None else None
+        else:
+            epoch, observed = record.capture_epoch, record.capture_epoch_observed_at
+        config = WorkerConfig(
+            credential=f"{ident}:{secret}",
+            model=record.models[0]["slot"],
+            contract=template["contract"]["text"],
+            model_unix_socket=WORKER_SOCKET,
+            request_timeout_s=float(record.max_runtime_seconds),
+        )
+        self.sup.save(record, spawned=True, capture_epoch=epoch, capture_epoch_observed_at=observed)
+        try:
+            await self.sup.backend.spawn(
+                WorkerSpec(
+                    labels=self._labels(record),
+                    task=record.spec["task"],
+                    config=config.to_json().encode(),
+                    proxy_socket=self.sup.worker_socket,
+                    memory_bytes=template["limits"]["memory_bytes"],
+                    pids=template["limits"]["pids"],
+                    max_runtime_s=record.max_runtime_seconds,
+                    max_output_bytes=template["limits"]["max_result_bytes"] + 4096,
+                )
+            )
+        except ClawError as exc:
+            if exc.retryable:
+                raise  # spawning is idempotent: the driver tries again
+            log.error("run %s/%s: the worker could not start: %s", *self.key, exc.code)
+            self.sup.save(record, state="revoking", failure="spawn_error")
+            return True
+        started = self.sup.clock.now()
+        self.sup.save(
+            record,
+            state="running",
+            started_at=format_timestamp(started),
+            deadline=format_timestamp(started + timedelta(seconds=record.max_runtime_seconds)),
+            isolation=self.sup.backend.isolation,
+            pending=None,
+        )
+        self.sup.notify_started(record)
+        return True
+
+    def _identity_secret(self, record: RunRecord) -> str:
+        path = self.sup.paths.runs / "secrets" / record.installation / f"{record.run_id}.identity"
+        try:
+            return str(json.loads(read_private(path, max_bytes=4096))["secret"])
+        except (OSError, ClawError, ValueError, KeyError):
+            pass
+        ensure_private_dir(path.parent)
+        secret = new_secret(32)
+        write_private(path, json.dumps({"secret": secret}).encode())
+        return secret
+
+    def _labels(self, record: RunRecord) -> RunLabels:
+        return RunLabels(pod=self.sup.pod_name, installation=record.installation, run_id=record.run_id)
+
+    # ------------------------------------------------------------------------------------------------ running
+
+    async def _watch(self, record: RunRecord) -> bool:
+        state = await self.sup.backend.inspect(self._labels(record))
+        now = self.sup.clock.now()
+        if record.cancelled:
+            self.sup.save(record, state="revoking")
+            return True
+        if state.exit_code is not None or (not state.running and state.exists):
+            self._record_exit(record, state.exit_code, state.stdout, state.stdout_truncated, state.timed_out)
+            return True
+        if not state.exists:
+            self.sup.save(record, state="revoking", failure="mismatch")  # the worker vanished without a trace
+            return True
+        if record.deadline is not None and now >= parse_timestamp(record.deadline):
+            self.sup.save(record, state="revoking", failure="timeout")
+            return True
+        if now >= parse_timestamp(record.authority_expires_at):
+            self.sup.save(record, state="revoking", failure="authority_expired")
+            return True
+        await self._sleep(WATCH_INTERVAL_S)
+        return False
+
+    def _record_exit(
+        self, record: RunRecord, exit_code: int | None, stdout: bytes, truncated: bool, timed_out: bool
+    ) -> None:
+        template = self.sup.template_for(record)
+        max_bytes = template["limits"]["max_result_bytes"]
+        failure: str | None = None
+        answer = extract_answer(stdout, max_bytes)
+        if timed_out:
+            failure = "timeout"
+        elif exit_code != 0:
+            failure = "exit_nonzero"
+        elif answer is None:
+            failure = "result_missing"
+        fields: dict[str, Any] = {"exit_code": exit_code, "exited_at": format_timestamp(self.sup.clock.now())}
+        if answer is not None:
+            text, cut = answer
+            self.sup.store_result(record, text)
+            fields.update(result_bytes=len(text), result_truncated=cut or truncated)
+        self.sup.save(record, state="revoking", failure=failure, **fields)
+
+    # ----------------------------------------------------------------------------------------------- revoking
+
+    async def _revoke(self, record: RunRecord) -> bool:
+        labels = self._labels(record)
+        await self.sup.backend.remove(labels)
+        remaining = await self.sup.backend.inspect(labels)
+        if remaining.running:
+            self.sup.save(record, pending="the worker is still being removed")
+            await self._sleep(WATCH_INTERVAL_S)
+            return False
+        if record.run_agent_id is not None:
+            await self.sup.proxy.revoke(record.run_agent_id)
+        self.sup.save(record, state="revoked", revoked=True, revocation_proof="cllama_ack", pending=None)
+        return True
+
+    def _finish(self, record: RunRecord) -> bool:
+        succeeded = record.failure is None and (record.cancelled or record.result_bytes is not None)
+        state = "stopped" if succeeded or record.cancelled else "failed"
+        self.sup.save(record, state=state, ended_at=format_timestamp(self.sup.clock.now()))
+        self.sup.notify_ended(self.sup.record(self.key))
+        return True
+
+
+__all__ = ["RunDriver", "extract_answer", "identity_id"]

@@ -1,0 +1,102 @@
+"""A whole stack on real sockets: the scripted fake model, the example pod's tool service, the pod's proxy
+(started by ``claw up -d``), and the supervisor with the local backend, served on its Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from clawstack.common.clock import SystemClock
+from clawstack.common.digest import spec_digest
+from clawstack.common.uds import AsyncUnixClient, UnixResponse
+from clawstack.llm.fake import FakeModelServer
+from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.up import down, up
+from clawstack.runs.backends.local import LocalBackend
+from clawstack.runs.server import RunsServer
+from clawstack.runs.supervisor import Supervisor
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pod"
+
+
+@dataclass
+class RunsStack:
+    pod: Path
+    fake: FakeModelServer
+    server: RunsServer
+    client: AsyncUnixClient
+    socket_dir: Path
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.server.supervisor
+
+    async def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> UnixResponse:
+        return await self.client.request(method, path, json_body=body, body=raw, timeout_s=90)
+
+    def launch_body(self, run_id: str, task: str = "@fake reply: done", **spec_extra: Any) -> dict[str, Any]:
+        spec = {"template": "worker", "task": task, **spec_extra}
+        return {
+            "installation": "acme",
+            "run_id": run_id,
+            "generation": 1,
+            "spec_digest": spec_digest(spec),
+            "spec": spec,
+            "authority_expires_at": (SystemClock().now() + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+
+    async def restart(self, **kwargs: Any) -> None:
+        await self.server.stop()
+        self.server = make_server(self.pod, self.socket_dir, **kwargs)
+        await self.server.start()
+
+
+def make_server(pod: Path, socket_dir: Path, **kwargs: Any) -> RunsServer:
+    paths = PodPaths(pod.resolve())
+    backend = LocalBackend(paths.runs / "workers", pod=pod.name)
+    return RunsServer(Supervisor(pod, backend, **kwargs), socket_dir)
+
+
+async def tool_service() -> tuple[web.AppRunner, str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("example_ticket_api", EXAMPLE / "ticket_api.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runner = web.AppRunner(module.make_app("example-ticket-token-change-me"))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+@pytest.fixture
+async def stack(short_dir: Path) -> AsyncIterator[RunsStack]:
+    pod = short_dir / "pod"
+    shutil.copytree(EXAMPLE, pod)
+    socket_dir = short_dir / "sock"
+    socket_dir.mkdir(mode=0o700)
+    async with FakeModelServer() as fake:
+        tools, tools_url = await tool_service()
+        environ = {"CLAW_FAKE_LLM_URL": fake.base_url, "TICKET_API_URL": tools_url}
+        await asyncio.to_thread(up, pod, detach=True, environ=environ)
+        server = make_server(pod, socket_dir, callback_origin=None)
+        await server.start()
+        client = AsyncUnixClient(socket_dir / "runs.sock")
+        state = RunsStack(pod, fake, server, client, socket_dir)
+        try:
+            yield state
+        finally:
+            await client.close()
+            await state.server.stop()
+            await asyncio.to_thread(down, pod)
+            await tools.cleanup()

@@ -1,156 +1,191 @@
-"""``claw demo``: the main job, end to end, offline.
+"""``claw demo``: the main job, end to end, offline, on the embedded defaults.
 
-It starts ``claw fake-llm serve`` as a real subprocess, waits for its readiness line, sends one plain and one
-streaming chat completion through :mod:`clawstack.llm`, prints the answers, and stops the subprocess whatever
-happens. The model is clawstack's scripted fake, not a language model, and the output says so.
+It copies ``examples/pod`` to a private scratch directory and runs, as real processes: the scripted fake model
+(``claw fake-llm serve``), the pod's tool service, the pod's proxy (``claw up -d``) and the supervisor
+(``claw runs serve``, local bubblewrap backend, SQLite ledger). It launches a run that reads ticket 42 through the
+proxy-managed tool and prints its answer, launches a second run and cancels it mid-flight, shows both statuses,
+then shuts everything down (``claw down``) whatever happens. The model is clawstack's scripted fake, not a
+language model, and the output says so.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import os
+import shutil
+import signal
+import subprocess
 import sys
-import textwrap
+import tempfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Final
 
 import click
 
-from clawstack.cli.fake_llm import READY_PREFIX
-from clawstack.llm import LLMClient, LLMError
+from clawstack.common.clock import SystemClock
+from clawstack.common.errors import ClawError
+from clawstack.runs.client import RunsClient
 
-MODEL = "clawstack-fake"
-STOP_GRACE_S = 5.0
-_STDERR_TAIL_BYTES = 4096
-
-PLAIN_MESSAGE = (
-    "Hello! Who is answering?\n"
-    "@fake reply: Hello from clawstack's scripted fake model. I say exactly what the '@fake' lines in your "
-    "message tell me to say."
+EXAMPLE: Final = Path(__file__).resolve().parents[3] / "examples" / "pod"
+STOP_GRACE_S: Final = 10.0
+FAKE_MODEL_STATEMENT: Final = (
+    "Every model answer above came from clawstack's scripted fake model (claw fake-llm), not a language model: "
+    "it answers what the '@fake' lines in a task tell it to. No model provider was contacted."
 )
-STREAM_MESSAGE = "@fake echo\nStreaming works too: this sentence comes back to you word by word."
-
-FAKE_MODEL_STATEMENT = (
-    "Every answer above came from clawstack's scripted fake model (claw fake-llm), not a language model: "
-    "it answers what the '@fake' lines in a message tell it to. No model provider was contacted."
+TASK: Final = (
+    "Summarize ticket 42 for the on-call engineer.\n"
+    '@fake tool-call: ticket-api__get_ticket {"id": 42}\n'
+    "@fake reply: Ticket 42 (open): the third-floor printer smokes when printing duplex; a power cycle did not "
+    "help. Next step: take it out of service and call the vendor."
 )
+SLOW_TASK: Final = "Summarize every ticket ever filed.\n@fake reply: (never sent)\n@fake delay-ms: 60000"
 
 
 class DemoError(Exception):
     """A step of the demo failed; the message says which and why."""
 
 
-@click.command()
-@click.option(
-    "--timeout-s",
-    type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
-    show_default=True,
-    help="Give up if the demo has not finished after this many seconds.",
-)
-def demo(timeout_s: float) -> None:
-    """Run the main job end to end: start the scripted fake model, chat with it, print the answers.
+class Processes:
+    """Child processes started by the demo, each stopped with SIGTERM (then SIGKILL) at the end."""
 
-    The model is clawstack's scripted fake (claw fake-llm), not a language model; nothing leaves this machine.
-    """
-    try:
-        asyncio.run(_run(timeout_s))
-    except DemoError as exc:
-        raise click.ClickException(str(exc)) from exc
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.children: list[tuple[str, subprocess.Popen[str]]] = []
+
+    def start(self, name: str, argv: list[str], ready_prefix: str, env: dict[str, str] | None = None) -> str:
+        log = (self.logs / f"{name}.log").open("w")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True, env=env)  # noqa: S603
+        log.close()
+        self.children.append((name, proc))
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith(ready_prefix):
+            raise DemoError(f"{name} did not start; see {self.logs / (name + '.log')}")
+        return line.removeprefix(ready_prefix)
+
+    def stop(self) -> None:
+        for _name, proc in reversed(self.children):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(STOP_GRACE_S)
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
-async def _run(timeout_s: float) -> None:
-    click.echo("Starting clawstack's scripted fake model (claw fake-llm serve) ...")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "clawstack",
-        "fake-llm",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+def claw(*args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(  # noqa: S603 (our own interpreter and module, no shell)
+        [sys.executable, "-m", "clawstack", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
-    stderr_tail = bytearray()
-    assert process.stderr is not None
-    drain = asyncio.create_task(_keep_tail(process.stderr, stderr_tail))
-    phase = "waiting for the fake model to be ready"
+    if done.returncode != 0:
+        raise DemoError(f"claw {args[0]} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+@contextlib.contextmanager
+def scratch() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="claw-demo-", dir="/tmp"))
+    os.chmod(base, 0o700)
     try:
-        async with asyncio.timeout(timeout_s):
-            base_url = await _wait_for_ready(process, stderr_tail)
-            click.echo(f"The fake model is listening on {base_url}\n")
-            phase = "talking to the fake model"
-            await _converse(base_url)
-    except TimeoutError as exc:
-        raise DemoError(f"the demo timed out after {timeout_s:g} s while {phase}") from exc
-    except LLMError as exc:
-        raise DemoError(f"the chat completion failed: {exc.message} [{exc.code}]") from exc
+        yield base
     finally:
-        await _stop(process)
-        await drain
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _show(title: str, status: dict[str, Any]) -> None:
+    click.echo(f"\n{title}")
+    for name in ("state", "cancelled", "failure", "exit_code", "revoked", "revocation_proof", "isolation"):
+        click.echo(f"  {name:<17} {status.get(name)}")
+
+
+@click.command()
+@click.option("--keep", is_flag=True, help="Leave the scratch pod in place (its path is printed).")
+def demo(keep: bool) -> None:
+    """Run the main job end to end: a pod, its proxy and the supervisor, one run answered and one cancelled.
+
+    Everything runs on this machine against clawstack's scripted fake model (claw fake-llm), not a language model.
+    """
+    with scratch() as base:
+        try:
+            _run(base)
+        except (DemoError, ClawError) as exc:
+            raise click.ClickException(f"{exc}") from exc
+        finally:
+            if keep:
+                kept = Path(tempfile.mkdtemp(prefix="claw-demo-kept-", dir="/tmp"))
+                shutil.copytree(base, kept, dirs_exist_ok=True)
+                click.echo(f"\nthe scratch pod is kept in {kept}")
+
+
+def _run(base: Path) -> None:
+    pod = base / "pod"
+    shutil.copytree(EXAMPLE, pod)
+    logs = base / "logs"
+    logs.mkdir()
+    processes = Processes(logs)
+    python = sys.executable
+    try:
+        click.echo("Starting clawstack's scripted fake model (claw fake-llm serve) ...")
+        fake_url = processes.start(
+            "fake-llm", [python, "-m", "clawstack", "fake-llm", "serve", "--port", "0"], "fake-llm listening on "
+        )
+        tools_port = _free_port()
+        processes.start(
+            "ticket-api", [python, str(pod / "ticket_api.py"), "--port", str(tools_port)], "======== Running on"
+        )
+        env = {**os.environ, "CLAW_FAKE_LLM_URL": fake_url, "TICKET_API_URL": f"http://127.0.0.1:{tools_port}"}
+        click.echo("Compiling the example pod and starting its proxy (claw up -d) ...")
+        click.echo("  " + claw("up", "--pod", str(pod), "-d", env=env).strip().replace("\n", "\n  "))
+        socket_dir = base / "sock"
+        socket_dir.mkdir(mode=0o700)
+        click.echo("Starting the supervisor (claw runs serve, local bubblewrap sandboxes) ...")
+        processes.start(
+            "runs",
+            [python, "-m", "clawstack", "runs", "serve", "--pod", str(pod), "--socket-dir", str(socket_dir)],
+            "runs listening: ",
+        )
+        _runs(socket_dir / "runs.sock")
+    finally:
+        processes.stop()
+        with contextlib.suppress(DemoError):
+            claw("down", "--pod", str(pod))
     click.echo(f"\n{FAKE_MODEL_STATEMENT}")
 
 
-async def _keep_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:
-    """Read the child's stderr to the end, keeping the last few KiB for an error message."""
-    while chunk := await stream.read(4096):
-        tail += chunk
-        del tail[:-_STDERR_TAIL_BYTES]
+def _runs(socket: Path) -> None:
+    authority = SystemClock().now() + timedelta(minutes=10)
+    with RunsClient(socket) as client:
+        click.echo("\nLaunching run acme/demo-1: " + TASK.splitlines()[0])
+        client.launch("acme", "demo-1", {"template": "worker", "task": TASK}, authority_expires_at=authority)
+        done = client.status("acme", "demo-1", wait="stopped", timeout_s=60)
+        answer, truncated = client.result("acme", "demo-1") if done.get("result") else ("(no answer)", False)
+        click.echo(f"\nanswer of acme/demo-1{' (truncated)' if truncated else ''}:\n  {answer}")
+        click.echo("\nLaunching run acme/demo-2 (a slow one) and cancelling it mid-flight ...")
+        client.launch("acme", "demo-2", {"template": "worker", "task": SLOW_TASK}, authority_expires_at=authority)
+        client.status("acme", "demo-2", wait="running", timeout_s=60)
+        cancelled = client.cancel("acme", "demo-2", generation=1, wait="stopped", timeout_s=60)
+        _show("status of acme/demo-1", client.status("acme", "demo-1"))
+        _show("status of acme/demo-2", cancelled)
+        if done.get("state") != "stopped" or cancelled.get("state") != "stopped":
+            raise DemoError("a run did not end as expected; see the statuses above")
 
 
-async def _wait_for_ready(process: asyncio.subprocess.Process, stderr_tail: bytearray) -> str:
-    assert process.stdout is not None
-    line = (await process.stdout.readline()).decode("utf-8", "replace").strip()
-    if not line.startswith(READY_PREFIX):
-        status = await process.wait() if not line else process.returncode
-        detail = stderr_tail.decode("utf-8", "replace").strip()
-        raise DemoError(
-            f"claw fake-llm serve did not start (exit status {status}, first line {line!r})"
-            + (f":\n{detail}" if detail else "")
-        )
-    return line[len(READY_PREFIX) :]
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
-async def _converse(base_url: str) -> None:
-    async with LLMClient(base_url) as client:
-        _show("user", PLAIN_MESSAGE)
-        completion = await client.chat_completion(model=MODEL, messages=[{"role": "user", "content": PLAIN_MESSAGE}])
-        _show("assistant", completion.content or "")
-        if completion.usage is not None:
-            usage = completion.usage
-            click.echo(f"{'':12}(usage: {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens)")
-        click.echo()
-        _show("user", STREAM_MESSAGE)
-        click.echo(f"{'assistant':>9} > ", nl=False)
-        chunks = 0
-        async with client.stream_chat_completion(
-            model=MODEL, messages=[{"role": "user", "content": STREAM_MESSAGE}]
-        ) as stream:
-            async for chunk in stream:
-                if chunk.content:
-                    chunks += 1
-                    click.echo(chunk.content, nl=False)
-            streamed = await stream.final_completion()
-        click.echo(f"\n{'':12}(streamed in {chunks} pieces; finish reason: {streamed.finish_reason})")
-
-
-def _show(role: str, text: str) -> None:
-    lines = textwrap.dedent(text).splitlines() or [""]
-    click.echo(f"{role:>9} > {lines[0]}")
-    for line in lines[1:]:
-        click.echo(f"{'':12}{line}")
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """Stop the child: SIGTERM, then SIGKILL if it has not exited within the grace period."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            async with asyncio.timeout(STOP_GRACE_S):
-                await process.wait()
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+__all__ = ["FAKE_MODEL_STATEMENT", "demo"]

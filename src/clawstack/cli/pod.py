@@ -14,6 +14,12 @@ from clawstack.pod.up import compile_only, down, up
 from clawstack.proxy.config import load_config
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.server import ProxyServer
+from clawstack.runs.ledger import count_unfinished
+
+
+def _unfinished(paths: PodPaths) -> int:
+    return count_unfinished(paths.runs)
+
 
 POD_OPTION = click.option(
     "--pod",
@@ -42,7 +48,7 @@ def up_command(pod_dir: Path, detach: bool, check: bool) -> None:
             for template in compiled.templates:
                 click.echo(f"{template.name}: {template.id} ({template.document['profile']})")
             return
-        result = up(pod_dir, detach=detach)
+        result = up(pod_dir, detach=detach, unfinished_runs=_unfinished)
     except PodError as exc:
         raise click.ClickException(exc.message) from exc
     for template in result.compiled.templates:
@@ -78,7 +84,7 @@ def _serve_proxy(paths: PodPaths) -> None:
 def down_command(pod_dir: Path) -> None:
     """Stop the pod's long-lived part. Task homes and the revocation ledger stay in place."""
     try:
-        stopped = down(pod_dir)
+        stopped = down(pod_dir, unfinished_runs=_unfinished)
     except PodError as exc:
         raise click.ClickException(exc.message) from exc
     click.echo("stopped" if stopped else "nothing was running")

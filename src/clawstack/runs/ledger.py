@@ -177,4 +177,16 @@ class Ledger:
             raise LedgerError("the run ledger cannot be written") from exc
 
 
-__all__ = ["ORDER", "TERMINAL", "Ledger", "LedgerError", "RunRecord", "State", "Tombstone"]
+def count_unfinished(runs_dir: Path) -> int:
+    """How many runs in the ledger under ``runs_dir`` are not terminal (0 when there is no ledger)."""
+    if not (runs_dir / "ledger.sqlite3").exists():
+        return 0
+    ledger = Ledger(runs_dir)
+    ledger.open()
+    try:
+        return len(ledger.unfinished())
+    finally:
+        ledger.close()
+
+
+__all__ = ["ORDER", "TERMINAL", "Ledger", "LedgerError", "RunRecord", "State", "Tombstone", "count_unfinished"]

@@ -134,6 +134,8 @@ class Supervisor:
         self._driver_objects: dict[tuple[str, str], RunDriver] = {}
         self._changed: dict[tuple[str, str], asyncio.Event] = {}
         self._admission = asyncio.Lock()
+        self._admitted: dict[str, dict[str, Any]] = {}
+        self._verified: dict[str, tuple[Any, dict[str, Any]]] = {}
         self._callback_tasks: set[asyncio.Task[None]] = set()
         self._heartbeats: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.callbacks = (
@@ -227,9 +229,31 @@ class Supervisor:
         if event is not None:
             event.set()
 
+    def _admitted_path(self, template_id: str) -> Path:
+        return self.paths.runs / "admitted" / f"{template_id.removeprefix('sha256:')}.json"
+
     def template_for(self, record: RunRecord) -> dict[str, Any]:
-        path = self.paths.runs / "admitted" / record.installation / f"{record.run_id}.json"
-        return json.loads(read_private(path, max_bytes=4 * 1024 * 1024))  # type: ignore[no-any-return]
+        """The template the run was admitted with (kept by its id, whatever was compiled since)."""
+        cached = self._admitted.get(record.template_id)
+        if cached is None:
+            cached = json.loads(read_private(self._admitted_path(record.template_id), max_bytes=4 * 1024 * 1024))
+            self._admitted[record.template_id] = cached
+        return cached
+
+    def _current_template(self, name: str) -> dict[str, Any]:
+        """The compiled template ``name``, verified; re-verified only when its files change."""
+        files = (self.paths.templates / f"{name}.json", self.paths.contexts / f"{name}.json")
+        try:
+            stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size, f.stat().st_ino) for f in files)
+        except OSError:
+            stamp = None
+        cached = self._verified.get(name)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
+        template = load_template(self.paths, name)
+        if stamp is not None:
+            self._verified[name] = (stamp, template)
+        return template
 
     def store_result(self, record: RunRecord, text: bytes) -> None:
         path = self.paths.runs / "results" / record.installation / f"{record.run_id}.txt"
@@ -387,7 +411,7 @@ class Supervisor:
             self.save(existing, **changes)
             return Answer(200, self.status(existing))
         try:
-            template = load_template(self.paths, launch.spec["template"])
+            template = self._current_template(launch.spec["template"])
         except PodError as exc:
             raise RunsError(
                 "template_unknown", f"the template {launch.spec['template'][:64]!r} is not compiled for this pod"
@@ -408,9 +432,12 @@ class Supervisor:
             accepted_at=format_timestamp(now),
             max_runtime_seconds=runtime,
         )
-        admitted = self.paths.runs / "admitted" / record.installation / f"{record.run_id}.json"
-        ensure_private_dir(admitted.parent)
-        write_private(admitted, json.dumps(template).encode())  # the run keeps the template it was admitted with
+        admitted = self._admitted_path(template["id"])
+        if template["id"] not in self._admitted:  # the run keeps the template it was admitted with, by its id
+            ensure_private_dir(admitted.parent)
+            if not admitted.exists():
+                write_private(admitted, json.dumps(template).encode())
+            self._admitted[template["id"]] = template
         if launch.credential is not None:
             self._store_credential(record, launch.credential)
             record.credential = "held"

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -42,8 +41,17 @@ async def test_sigkill_of_the_supervisor_process_then_restart(stack: RunsStack) 
     # Hand the pod to a supervisor in its own process, kill it with SIGKILL mid-run, start another.
     await stack.server.stop()
     paths = PodPaths(stack.pod.resolve())
-    argv = [sys.executable, "-m", "clawstack", "runs", "serve", "--pod", str(stack.pod),
-            "--socket-dir", str(stack.socket_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "clawstack",
+        "runs",
+        "serve",
+        "--pod",
+        str(stack.pod),
+        "--socket-dir",
+        str(stack.socket_dir),
+    ]
 
     def serve() -> subprocess.Popen[str]:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -64,8 +72,7 @@ async def test_sigkill_of_the_supervisor_process_then_restart(stack: RunsStack) 
         second = serve()  # the lock died with the first process
         started.append(second)
         try:
-            done = (await client.request("GET", "/v1/runs/acme/killed?wait=stopped&timeout=60s",
-                                         timeout_s=90)).json()
+            done = (await client.request("GET", "/v1/runs/acme/killed?wait=stopped&timeout=60s", timeout_s=90)).json()
             assert done["state"] == "stopped", done
             assert done["revoked"] is True
             assert (await client.request("GET", "/v1/runs/acme/killed/result")).body == b"outlived"
@@ -101,18 +108,14 @@ async def test_cancel_while_running_removes_the_worker_and_revokes(stack: RunsSt
     assert again["state"] == "stopped"  # idempotent
 
 
-async def test_cancel_before_the_worker_starts(stack: RunsStack) -> None:
-    body = stack.launch_body("c0", "@fake reply: x")
-    launched, cancelled = await asyncio.gather(
-        stack.call("POST", "/v1/runs", body),
-        stack.call("POST", "/v1/runs/acme/c0/cancel?wait=stopped&timeout=60s", {"generation": 1}),
-    )
-    assert launched.status in (202, 409)
-    final = (await stack.call("GET", "/v1/runs/acme/c0")).json() if launched.status == 202 else None
-    if final is not None:
-        final = await wait_state(stack, "c0", "stopped")
-        assert final["state"] == "stopped"
-        assert final["cancelled"] is True or final["result"] is not None
+async def test_cancel_right_after_launch(stack: RunsStack) -> None:
+    launched = await stack.call("POST", "/v1/runs", stack.launch_body("c0", "@fake reply: x\n@fake delay-ms: 5000"))
+    assert launched.status == 202
+    final = (await stack.call("POST", "/v1/runs/acme/c0/cancel?wait=stopped&timeout=60s", {"generation": 1})).json()
+    assert final["state"] == "stopped"
+    assert final["cancelled"] is True
+    assert final["result"] is None
+    assert final["revoked"] is True
 
 
 async def test_the_deadline_fails_a_slow_run(stack: RunsStack) -> None:
@@ -166,16 +169,25 @@ async def test_callbacks_start_and_end_with_the_credential(stack: RunsStack) -> 
         assert launched["credential"] == "held"
         done = await wait_state(stack, "cb", "stopped")
         for _ in range(200):
-            if len(orchestrator.calls) >= 2 and (await stack.call("GET", "/v1/runs/acme/cb")).json()[
-                "callbacks"]["end"] == "acked":
+            if (
+                len(orchestrator.calls) >= 2
+                and (await stack.call("GET", "/v1/runs/acme/cb")).json()["callbacks"]["end"] == "acked"
+            ):
                 break
             await asyncio.sleep(0.05)
         kinds = [path.rsplit("/", 1)[1] for path, _, _ in orchestrator.calls]
         assert kinds == ["start", "end"], kinds
         assert all(auth == "Bearer orchestrator-token-1" for _, auth, _ in orchestrator.calls)
         end = orchestrator.calls[1][2]
-        assert end == {"installation": "acme", "run_id": "cb", "generation": 1, "outcome": "succeeded",
-                       "reason": "", "summary": "the summary", "summary_truncated": False}
+        assert end == {
+            "installation": "acme",
+            "run_id": "cb",
+            "generation": 1,
+            "outcome": "succeeded",
+            "reason": "",
+            "summary": "the summary",
+            "summary_truncated": False,
+        }
         final = (await stack.call("GET", "/v1/runs/acme/cb")).json()
         assert final["callbacks"] == {"start": "acked", "end": "acked"}
         assert done["state"] == "stopped"

@@ -57,12 +57,12 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.json_response(error.body(), status=405)
 
 
-async def _body(request: web.Request) -> bytes:
+async def _read_body(request: web.Request, timeout_s: float) -> bytes:
     try:
-        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s):
             return await request.read()
     except TimeoutError as exc:
-        raise RunsError("body_timeout", f"the body was not received within {BODY_READ_TIMEOUT_S:g} s") from exc
+        raise RunsError("body_timeout", f"the body was not received within {timeout_s:g} s") from exc
 
 
 async def _send(request: web.Request, answer: Answer) -> web.StreamResponse:
@@ -78,9 +78,12 @@ async def _send(request: web.Request, answer: Answer) -> web.StreamResponse:
     return response
 
 
-def make_app(supervisor: Supervisor) -> web.Application:
+def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOUT_S) -> web.Application:
     """The v1 routes, mapped onto the supervisor's core."""
     app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+
+    async def _body(request: web.Request) -> bytes:
+        return await _read_body(request, body_timeout_s)
 
     async def launch(request: web.Request) -> web.StreamResponse:
         return await _send(request, await supervisor.launch(await _body(request)))
@@ -139,11 +142,19 @@ def make_app(supervisor: Supervisor) -> web.Application:
 class RunsServer:
     """The supervisor on its socket: start-up in the spec's order, then serve; stop in reverse."""
 
-    def __init__(self, supervisor: Supervisor, socket_dir: Path, *, allowed_uids: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        socket_dir: Path,
+        *,
+        allowed_uids: Iterable[int] = (),
+        body_timeout_s: float = BODY_READ_TIMEOUT_S,
+    ) -> None:
         self.supervisor = supervisor
         self.socket_path = socket_dir / "runs.sock"
+        app = make_app(supervisor, body_timeout_s=body_timeout_s)
         self._server = UnixSocketServer(
-            make_app(supervisor), self.socket_path, allowed_uids=allowed_uids, shutdown_timeout_s=WRITE_BUDGET_S
+            app, self.socket_path, allowed_uids=allowed_uids, shutdown_timeout_s=WRITE_BUDGET_S
         )
 
     async def start(self, *, remove_orphans: bool = False) -> None:

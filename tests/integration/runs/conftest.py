@@ -59,10 +59,10 @@ class RunsStack:
         await self.server.start()
 
 
-def make_server(pod: Path, socket_dir: Path, **kwargs: Any) -> RunsServer:
+def make_server(pod: Path, socket_dir: Path, *, body_timeout_s: float = 10.0, **kwargs: Any) -> RunsServer:
     paths = PodPaths(pod.resolve())
     backend = LocalBackend(paths.runs / "workers", pod=pod.name)
-    return RunsServer(Supervisor(pod, backend, **kwargs), socket_dir)
+    return RunsServer(Supervisor(pod, backend, **kwargs), socket_dir, body_timeout_s=body_timeout_s)
 
 
 async def tool_service() -> tuple[web.AppRunner, str]:

@@ -214,3 +214,15 @@ async def test_errors_never_echo_the_task(stack: RunsStack) -> None:
     resp = await stack.call("POST", "/v1/runs", body)
     assert secret_task.encode() not in resp.body
     assert json.loads(resp.body)["error"]["code"] == "digest_invalid"
+
+
+async def test_a_trickling_body_is_cut_off(stack: RunsStack) -> None:
+    await stack.restart(body_timeout_s=0.5)
+    reader, writer = await asyncio.open_unix_connection(str(stack.socket_dir / "runs.sock"))
+    writer.write(b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(4096), timeout=10)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert json.loads(body)["error"]["code"] == "body_timeout"

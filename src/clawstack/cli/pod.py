@@ -15,10 +15,34 @@ from clawstack.proxy.config import load_config
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.server import ProxyServer
 from clawstack.runs.ledger import count_unfinished
+from clawstack.runs.teardown import cancel_unfinished, finish_after_proxy_stopped
 
 
 def _unfinished(paths: PodPaths) -> int:
     return count_unfinished(paths.runs)
+
+
+def _cancel_runs(paths: PodPaths) -> list[str]:
+    """Cancel every unfinished run before the pod stops (claw down)."""
+    if count_unfinished(paths.runs) == 0:
+        return []
+    from clawstack.runs.backends.local import LocalBackend
+
+    outcome = asyncio.run(cancel_unfinished(paths, LocalBackend(paths.runs / "workers", pod=paths.pod.name)))
+    for name in outcome.revoked:
+        click.echo(f"cancelled {name} (revoked)")
+    if outcome.stuck:
+        raise PodError(
+            f"workers could not be removed for {', '.join(outcome.stuck)}; their runs stay unfinished for recovery",
+            code="teardown_failed",
+        )
+    return outcome.awaiting_proxy_stop
+
+
+def _proxy_stopped(paths: PodPaths, names: list[str]) -> None:
+    finish_after_proxy_stopped(paths, names)
+    for name in names:
+        click.echo(f"cancelled {name} (revocation_proof: proxy_stopped)")
 
 
 POD_OPTION = click.option(
@@ -84,7 +108,7 @@ def _serve_proxy(paths: PodPaths) -> None:
 def down_command(pod_dir: Path) -> None:
     """Stop the pod's long-lived part. Task homes and the revocation ledger stay in place."""
     try:
-        stopped = down(pod_dir, unfinished_runs=_unfinished)
+        stopped = down(pod_dir, cancel_runs=_cancel_runs, after_proxy_stopped=_proxy_stopped)
     except PodError as exc:
         raise click.ClickException(exc.message) from exc
     click.echo("stopped" if stopped else "nothing was running")

@@ -86,19 +86,36 @@ def up(
         return UpResult(compiled=compiled, changed=True, proxy_pid=started.pid)
 
 
-def down(pod_dir: str | os.PathLike[str], *, unfinished_runs: UnfinishedRuns = _no_runs) -> bool:
-    """Stop the pod's long-lived part; return whether something was running. Homes and revocations stay."""
+CancelRuns = Callable[[PodPaths], list[str]]
+ProxyStopped = Callable[[PodPaths, list[str]], None]
+
+
+def down(
+    pod_dir: str | os.PathLike[str],
+    *,
+    cancel_runs: CancelRuns | None = None,
+    after_proxy_stopped: ProxyStopped | None = None,
+) -> bool:
+    """Stop the pod's long-lived part; return whether something was running. Homes and revocations stay.
+
+    ``cancel_runs`` (under the pod lock, before anything stops) cancels every unfinished run and returns those
+    whose revocation the proxy could not acknowledge; once the proxy is verified stopped, ``after_proxy_stopped``
+    ends them with ``revocation_proof: proxy_stopped``.
+    """
     paths = PodPaths(Path(pod_dir).resolve())
     with PodLock(paths.lock, holder="claw down"):
-        pending = unfinished_runs(paths)
-        if pending:
-            raise PodError(
-                f"{pending} run(s) are unfinished; cancel them through the supervisor first", code="runs_unfinished"
-            )
+        awaiting = cancel_runs(paths) if cancel_runs is not None else []
         if paths.compose_file.exists():
             _compose(paths, "down", "--remove-orphans")
-            return True
-        return LocalProxy(paths).stop()
+            stopped = True
+        else:
+            proxy = LocalProxy(paths)
+            stopped = proxy.stop()
+            if proxy.running() is not None:
+                raise BackendError("the proxy is still running after claw down", code="proxy_stop_failed")
+        if awaiting and after_proxy_stopped is not None:
+            after_proxy_stopped(paths, awaiting)
+        return stopped
 
 
 def _compose(paths: PodPaths, *args: str) -> None:

@@ -148,6 +148,14 @@ class Ledger:
         rows = self._query("SELECT record FROM runs WHERE state NOT IN ('stopped', 'failed')", ())
         return [RunRecord.from_json(row[0]) for row in rows]
 
+    def ended_with_end_callback_owed(self) -> list[RunRecord]:
+        """Terminal runs holding a credential whose ``end`` callback was never resolved (a crash came between)."""
+        rows = self._query("SELECT record FROM runs WHERE state IN ('stopped', 'failed')", ())
+        records = (RunRecord.from_json(row[0]) for row in rows)
+        return [
+            r for r in records if r.credential == "held" and not r.cancelled and r.callbacks.get("end") == "skipped"
+        ]
+
     def count(self) -> int:
         return int(self._query("SELECT count(*) FROM runs", ())[0][0])
 

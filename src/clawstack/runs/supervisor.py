@@ -170,6 +170,9 @@ class Supervisor:
                 await self.backend.remove(orphan)
             for record in self.ledger.unfinished():
                 self._drive(record.key)
+            if self.callbacks is not None:
+                for record in self.ledger.ended_with_end_callback_owed():
+                    self._background(self._end_callbacks(record.key))
         except BaseException:
             # Best-effort release of what start-up took, then the original error.
             self.ledger.close()

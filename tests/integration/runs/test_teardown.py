@@ -1,0 +1,61 @@
+"""``claw down`` cancels unfinished runs first, and ends them ``proxy_stopped`` when the proxy cannot acknowledge."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.localproxy import LocalProxy
+from clawstack.runs.ledger import Ledger
+
+from .conftest import RunsStack
+
+
+def claw_down(stack: RunsStack) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clawstack", "down", "--pod", str(stack.pod)], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def record(stack: RunsStack, run_id: str) -> object:
+    ledger = Ledger(PodPaths(stack.pod.resolve()).runs)
+    ledger.open()
+    try:
+        return ledger.get("acme", run_id)
+    finally:
+        ledger.close()
+
+
+async def test_down_cancels_and_revokes_unfinished_runs(stack: RunsStack) -> None:
+    await stack.call("POST", "/v1/runs", stack.launch_body("left", "@fake reply: x\n@fake delay-ms: 60000"))
+    await stack.call("GET", "/v1/runs/acme/left?wait=running&timeout=60s")
+    await stack.server.stop()  # the supervisor goes away; its worker keeps running
+    up_refused = subprocess.run([sys.executable, "-m", "clawstack", "up", "--pod", str(stack.pod), "-d"],
+                                capture_output=True, text=True, timeout=120, check=False)
+    assert up_refused.returncode != 0
+    assert "1 run(s) are unfinished" in up_refused.stderr
+    done = claw_down(stack)
+    assert done.returncode == 0, done.stderr
+    assert "cancelled acme/left (revoked)" in done.stdout
+    final = record(stack, "left")
+    assert final.state == "stopped"  # type: ignore[attr-defined]
+    assert final.cancelled is True  # type: ignore[attr-defined]
+    assert final.revocation_proof == "cllama_ack"  # type: ignore[attr-defined]
+
+
+async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(stack: RunsStack) -> None:
+    await stack.call("POST", "/v1/runs", stack.launch_body("orphaned", "@fake reply: x\n@fake delay-ms: 60000"))
+    await stack.call("GET", "/v1/runs/acme/orphaned?wait=running&timeout=60s")
+    await stack.server.stop()
+    proxy = LocalProxy(PodPaths(stack.pod.resolve())).running()
+    assert proxy is not None
+    os.kill(proxy.pid, signal.SIGKILL)  # the proxy can no longer acknowledge anything
+    done = claw_down(stack)
+    assert done.returncode == 0, done.stderr
+    assert "cancelled acme/orphaned (revocation_proof: proxy_stopped)" in done.stdout
+    final = record(stack, "orphaned")
+    assert final.state == "stopped"  # type: ignore[attr-defined]
+    assert final.revoked is True  # type: ignore[attr-defined]
+    assert final.revocation_proof == "proxy_stopped"  # type: ignore[attr-defined]

@@ -14,9 +14,14 @@ from clawstack.runs.ledger import Ledger
 from .conftest import RunsStack
 
 
-def claw_down(stack: RunsStack) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clawstack", "down", "--pod", str(stack.pod)], capture_output=True,
-                          text=True, timeout=120, check=False)
+def claw(stack: RunsStack, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "clawstack", command, "--pod", str(stack.pod), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def record(stack: RunsStack, run_id: str) -> object:
@@ -32,11 +37,10 @@ async def test_down_cancels_and_revokes_unfinished_runs(stack: RunsStack) -> Non
     await stack.call("POST", "/v1/runs", stack.launch_body("left", "@fake reply: x\n@fake delay-ms: 60000"))
     await stack.call("GET", "/v1/runs/acme/left?wait=running&timeout=60s")
     await stack.server.stop()  # the supervisor goes away; its worker keeps running
-    up_refused = subprocess.run([sys.executable, "-m", "clawstack", "up", "--pod", str(stack.pod), "-d"],
-                                capture_output=True, text=True, timeout=120, check=False)
+    up_refused = claw(stack, "up", "-d")
     assert up_refused.returncode != 0
     assert "1 run(s) are unfinished" in up_refused.stderr
-    done = claw_down(stack)
+    done = claw(stack, "down")
     assert done.returncode == 0, done.stderr
     assert "cancelled acme/left (revoked)" in done.stdout
     final = record(stack, "left")
@@ -52,7 +56,7 @@ async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(st
     proxy = LocalProxy(PodPaths(stack.pod.resolve())).running()
     assert proxy is not None
     os.kill(proxy.pid, signal.SIGKILL)  # the proxy can no longer acknowledge anything
-    done = claw_down(stack)
+    done = claw(stack, "down")
     assert done.returncode == 0, done.stderr
     assert "cancelled acme/orphaned (revocation_proof: proxy_stopped)" in done.stdout
     final = record(stack, "orphaned")

@@ -258,3 +258,55 @@ def result(installation: str, run_id: str, pod_dir: Path, socket_dir: Path | Non
     click.echo(text)
     if truncated:
         click.echo("(the answer was cut at the template's max-result-bytes)", err=True)
+
+
+@runs.command()
+@POD_OPTION
+@click.option("--remove-orphans", is_flag=True, help="Remove workers the ledger does not know (needs the pod lock).")
+def doctor(pod_dir: Path, remove_orphans: bool) -> None:
+    """Check the ledger, the templates and the workers; report plan sign-in state."""
+    from clawstack.pod.artifacts import list_templates
+    from clawstack.pod.lock import PodLock
+    from clawstack.runs.backends.local import LocalBackend
+    from clawstack.runs.ledger import Ledger
+
+    paths = PodPaths(pod_dir.resolve())
+    problems = 0
+    listing = list_templates(paths)
+    click.echo(
+        f"templates: {len(listing['templates'])} verified"
+        + (f", INVALID: {', '.join(listing['invalid'])} (run claw up)" if listing["invalid"] else "")
+    )
+    problems += len(listing["invalid"])
+    if (paths.runs / "ledger.sqlite3").exists():
+        ledger = Ledger(paths.runs)
+        ledger.open()
+        try:
+            unfinished = ledger.unfinished()
+            click.echo(f"ledger: {ledger.count()} runs, {len(unfinished)} unfinished")
+            for record in unfinished:
+                pending = f" ({record.pending})" if record.pending else ""
+                click.echo(f"  {record.installation}/{record.run_id}: {record.state}{pending}")
+            backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name)
+            workers = asyncio.run(backend.list_workers())
+            orphans = [w for w in workers if ledger.get(w.installation, w.run_id) is None]
+        finally:
+            ledger.close()
+    else:
+        click.echo("ledger: none yet (no run was ever launched)")
+        backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name)
+        orphans = list(asyncio.run(backend.list_workers()))
+    click.echo(f"orphaned workers: {len(orphans)}")
+    for orphan in orphans:
+        click.echo(f"  {orphan.installation}/{orphan.run_id}")
+    if orphans and remove_orphans:
+        with PodLock(paths.lock, holder="claw runs doctor"):
+            for orphan in orphans:
+                asyncio.run(backend.remove(orphan))
+                click.echo(f"  removed {orphan.installation}/{orphan.run_id}")
+    elif orphans:
+        problems += len(orphans)
+    click.echo("model families: none in use (clawstack resolves exact models only)")
+    click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes; GET /v1/subscriptions answers 501)")
+    if problems:
+        raise click.ClickException(f"{problems} problem(s) found")

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.localproxy import LocalProxy
 from clawstack.runs.ledger import Ledger
@@ -14,9 +16,9 @@ from clawstack.runs.ledger import Ledger
 from .conftest import RunsStack
 
 
-def claw(stack: RunsStack, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+def claw(stack: RunsStack, *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "clawstack", command, "--pod", str(stack.pod), *args],
+        [sys.executable, "-m", "clawstack", *command, "--pod", str(stack.pod)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -63,3 +65,43 @@ async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(st
     assert final.state == "stopped"  # type: ignore[attr-defined]
     assert final.revoked is True  # type: ignore[attr-defined]
     assert final.revocation_proof == "proxy_stopped"  # type: ignore[attr-defined]
+
+
+async def test_orphans_block_serving_and_doctor_removes_them(stack: RunsStack) -> None:
+    from clawstack.runs.backends.base import RunLabels, WorkerSpec
+    from clawstack.runs.supervisor import StartupError
+    from clawstack.worker.contract import WorkerConfig
+
+    from .conftest import make_server
+
+    await stack.server.stop()
+    paths = PodPaths(stack.pod.resolve())
+    backend = stack.supervisor.backend
+    config = WorkerConfig(
+        credential="x:" + "y" * 32, model="primary", contract="", model_unix_socket="/run/claw/proxy.sock"
+    )
+    await backend.spawn(
+        WorkerSpec(
+            labels=RunLabels(pod=stack.pod.name, installation="acme", run_id="stray"),
+            task="@fake reply: stray\n@fake delay-ms: 60000",
+            config=config.to_json().encode(),
+            proxy_socket=paths.worker_socket,
+            memory_bytes=256 * 1024**2,
+            pids=64,
+            max_runtime_s=120,
+            max_output_bytes=4096,
+        )
+    )
+    refused = make_server(stack.pod, stack.socket_dir)
+    with pytest.raises(StartupError) as info:
+        await refused.start()
+    assert "workers exist that the ledger does not know: acme/stray" in info.value.message
+    report = claw(stack, "runs", "doctor")
+    assert report.returncode == 1
+    assert "orphaned workers: 1" in report.stdout
+    assert "acme/stray" in report.stdout
+    removed = claw(stack, "runs", "doctor", "--remove-orphans")
+    assert removed.returncode == 0, removed.stderr
+    assert "removed acme/stray" in removed.stdout
+    stack.server = make_server(stack.pod, stack.socket_dir)
+    await stack.server.start()

@@ -1,4 +1,5 @@
-"""The client library of the supervisor's API (synchronous, on httpx), which the ``claw runs`` commands use.
+"""The client library of the supervisor's API: :class:`RunsClient` (synchronous, on httpx; the ``claw runs``
+commands use it) and :class:`AsyncRunsClient` (asyncio, on aiohttp), with the same methods.
 
 Every call verifies the socket directory and the server's peer UID (:mod:`clawstack.common.uds`). Refusals come
 back as :class:`~clawstack.runs.errors.RunsError` with the server's code.
@@ -15,7 +16,7 @@ import httpx
 
 from clawstack.common.clock import format_timestamp
 from clawstack.common.digest import spec_digest
-from clawstack.common.uds import sync_client
+from clawstack.common.uds import AsyncUnixClient, UnixResponse, sync_client
 from clawstack.runs.errors import RunsError
 
 
@@ -39,15 +40,7 @@ class RunsClient:
     ) -> httpx.Response:
         response = self._http.request(method, path, json=body, params=params)
         if response.status_code >= 400:
-            try:
-                error = response.json()["error"]
-                raise RunsError(
-                    str(error["code"]),
-                    str(error["message"]),
-                    extra={k: v for k, v in error.items() if k not in ("code", "message")},
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                raise RunsError("internal_error", f"the supervisor answered HTTP {response.status_code}") from exc
+            raise _error(response.status_code, response.content)
         return response
 
     def launch(
@@ -60,16 +53,7 @@ class RunsClient:
         generation: int = 1,
         credential: str | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "installation": installation,
-            "run_id": run_id,
-            "generation": generation,
-            "spec_digest": spec_digest(spec),
-            "spec": spec,
-            "authority_expires_at": format_timestamp(authority_expires_at),
-        }
-        if credential is not None:
-            body["credential"] = credential
+        body = _launch_body(installation, run_id, spec, authority_expires_at, generation, credential)
         return self._call("POST", "/v1/runs", body=body).json()  # type: ignore[no-any-return]
 
     def status(
@@ -105,6 +89,108 @@ class RunsClient:
         return self._call("GET", "/v1/health").json()  # type: ignore[no-any-return]
 
 
+class AsyncRunsClient:
+    """An asyncio client for one supervisor socket, with the methods of :class:`RunsClient`."""
+
+    def __init__(self, socket_path: Path, *, server_uid: int | None = None, timeout_s: float = 75.0) -> None:
+        self._http = AsyncUnixClient(socket_path, server_uid=server_uid)
+        self._timeout_s = timeout_s
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    async def __aenter__(self) -> AsyncRunsClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, path: str, body: Any = None) -> UnixResponse:
+        response = await self._http.request(method, path, json_body=body, timeout_s=self._timeout_s)
+        if response.status >= 400:
+            raise _error(response.status, response.body)
+        return response
+
+    async def launch(
+        self,
+        installation: str,
+        run_id: str,
+        spec: dict[str, Any],
+        *,
+        authority_expires_at: datetime,
+        generation: int = 1,
+        credential: str | None = None,
+    ) -> dict[str, Any]:
+        body = _launch_body(installation, run_id, spec, authority_expires_at, generation, credential)
+        return (await self._call("POST", "/v1/runs", body)).json()  # type: ignore[no-any-return]
+
+    async def status(
+        self, installation: str, run_id: str, *, wait: str | None = None, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        path = f"/v1/runs/{installation}/{run_id}{_query(wait, timeout_s)}"
+        return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
+
+    async def cancel(
+        self,
+        installation: str,
+        run_id: str,
+        *,
+        generation: int,
+        wait: str | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        path = f"/v1/runs/{installation}/{run_id}/cancel{_query(wait, timeout_s)}"
+        return (await self._call("POST", path, {"generation": generation})).json()  # type: ignore[no-any-return]
+
+    async def result(self, installation: str, run_id: str) -> tuple[str, bool]:
+        response = await self._call("GET", f"/v1/runs/{installation}/{run_id}/result")
+        return response.body.decode("utf-8"), response.headers.get("X-Claw-Result-Truncated") == "true"
+
+    async def templates(self) -> dict[str, Any]:
+        return (await self._call("GET", "/v1/templates")).json()  # type: ignore[no-any-return]
+
+    async def health(self) -> dict[str, Any]:
+        return (await self._call("GET", "/v1/health")).json()  # type: ignore[no-any-return]
+
+
+def _launch_body(
+    installation: str,
+    run_id: str,
+    spec: dict[str, Any],
+    authority_expires_at: datetime,
+    generation: int,
+    credential: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "installation": installation,
+        "run_id": run_id,
+        "generation": generation,
+        "spec_digest": spec_digest(spec),
+        "spec": spec,
+        "authority_expires_at": format_timestamp(authority_expires_at),
+    }
+    if credential is not None:
+        body["credential"] = credential
+    return body
+
+
+def _error(status: int, body: bytes) -> RunsError:
+    try:
+        error = json.loads(body)["error"]
+        return RunsError(
+            str(error["code"]),
+            str(error["message"]),
+            extra={k: v for k, v in error.items() if k not in ("code", "message")},
+        )
+    except (ValueError, KeyError, TypeError):
+        return RunsError("internal_error", f"the supervisor answered HTTP {status}")
+
+
+def _query(wait: str | None, timeout_s: float | None) -> str:
+    params = _wait_params(wait, timeout_s)
+    return ("?" + "&".join(f"{k}={v}" for k, v in params.items())) if params else ""
+
+
 def _wait_params(wait: str | None, timeout_s: float | None) -> dict[str, str]:
     params = {}
     if wait is not None:
@@ -122,4 +208,4 @@ def load_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
-__all__ = ["RunsClient", "load_spec"]
+__all__ = ["AsyncRunsClient", "RunsClient", "load_spec"]

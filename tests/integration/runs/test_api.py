@@ -226,3 +226,90 @@ async def test_a_trickling_body_is_cut_off(stack: RunsStack) -> None:
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408")
     assert json.loads(body)["error"]["code"] == "body_timeout"
+
+
+async def test_the_supervisor_refuses_an_unsafe_socket_directory(stack: RunsStack) -> None:
+    from clawstack.common.files import UnsafePathError
+
+    from .conftest import make_server
+
+    await stack.server.stop()
+    loose = stack.socket_dir.parent / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    server = make_server(stack.pod, loose)
+    with pytest.raises(UnsafePathError):
+        await server.start()
+    assert not (loose / "runs.sock").exists()
+    await stack.restart()  # the lock was released: a proper start works
+
+
+async def test_a_disallowed_peer_is_refused(stack: RunsStack) -> None:
+    import os
+    import shutil as sh
+    import subprocess as sp
+
+    python = sh.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root and a system python3 to connect as another user")
+    sock = stack.socket_dir / "runs.sock"
+    os.chmod(stack.socket_dir.parent, 0o711)
+    os.chmod(stack.socket_dir, 0o711)
+    os.chmod(sock, 0o666)
+    script = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+        "s.sendall(b'GET /v1/identity HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n')\n"
+        "out=b''\n"
+        "while True:\n"
+        "    b=s.recv(65536)\n"
+        "    if not b: break\n"
+        "    out+=b\n"
+        "sys.stdout.write(out.decode())\n"
+    )
+    done = await asyncio.to_thread(
+        sp.run,
+        [python, "-I", "-c", script, str(sock)],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        timeout=20,
+        check=True,
+    )
+    head, _, body = done.stdout.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 403")
+    assert json.loads(body)["error"]["code"] == "peer_forbidden"
+
+
+async def test_the_client_libraries(stack: RunsStack) -> None:
+    from datetime import timedelta
+
+    from clawstack.common.clock import SystemClock
+    from clawstack.runs.client import AsyncRunsClient, RunsClient
+    from clawstack.runs.errors import RunsError
+
+    authority = SystemClock().now() + timedelta(minutes=5)
+    async with AsyncRunsClient(stack.socket_dir / "runs.sock") as client:
+        launched = await client.launch(
+            "acme", "lib-1", {"template": "worker", "task": "@fake reply: via async"}, authority_expires_at=authority
+        )
+        assert launched["state"] in ("accepted", "running")
+        done = await client.status("acme", "lib-1", wait="stopped", timeout_s=60)
+        assert done["state"] == "stopped"
+        assert await client.result("acme", "lib-1") == ("via async", False)
+        with pytest.raises(RunsError) as info:
+            await client.status("acme", "missing")
+        assert info.value.code == "not_found"
+        assert (await client.templates())["templates"][0]["name"] == "worker"
+
+    def sync_calls() -> tuple[str, bool]:
+        with RunsClient(stack.socket_dir / "runs.sock") as client:
+            client.launch(
+                "acme", "lib-2", {"template": "worker", "task": "@fake reply: via sync"}, authority_expires_at=authority
+            )
+            assert client.status("acme", "lib-2", wait="stopped", timeout_s=60)["state"] == "stopped"
+            return client.result("acme", "lib-2")
+
+    assert await asyncio.to_thread(sync_calls) == ("via sync", False)

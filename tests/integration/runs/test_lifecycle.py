@@ -218,3 +218,26 @@ async def test_a_401_callback_tears_the_run_down_and_no_end_after_cancel(stack: 
         assert not any(path.endswith("/end") for path in kinds), kinds
     finally:
         await runner.cleanup()
+
+
+async def test_heartbeats_while_running(stack: RunsStack) -> None:
+    orchestrator = Orchestrator()
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=0.2)
+        body = {**stack.launch_body("hb", "@fake reply: beat\n@fake delay-ms: 1500"), "credential": "hb-token"}
+        await stack.call("POST", "/v1/runs", body)
+        await wait_state(stack, "hb", "stopped")
+        for _ in range(200):
+            if any(path.endswith("/end") for path, _, _ in orchestrator.calls):
+                break
+            await asyncio.sleep(0.05)
+        kinds = [path.rsplit("/", 1)[1] for path, _, _ in orchestrator.calls]
+        assert kinds[0] == "start"
+        assert kinds[-1] == "end"
+        assert kinds.count("heartbeat") >= 2, kinds
+        assert set(kinds[1:-1]) == {"heartbeat"}
+        beat = next(body for path, _, body in orchestrator.calls if path.endswith("/heartbeat"))
+        assert beat == {"installation": "acme", "run_id": "hb", "generation": 1}
+    finally:
+        await runner.cleanup()

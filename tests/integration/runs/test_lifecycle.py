@@ -241,3 +241,46 @@ async def test_heartbeats_while_running(stack: RunsStack) -> None:
         assert beat == {"installation": "acme", "run_id": "hb", "generation": 1}
     finally:
         await runner.cleanup()
+
+
+async def test_a_model_failure_is_exit_nonzero_with_no_result(stack: RunsStack) -> None:
+    await stack.call("POST", "/v1/runs", stack.launch_body("broken", "@fake fail: 400"))
+    done = await wait_state(stack, "broken", "failed")
+    assert done["state"] == "failed"
+    assert done["failure"] == "exit_nonzero"
+    assert done["exit_code"] == 4
+    assert done["result"] is None
+    assert done["revoked"] is True
+    missing = await stack.call("GET", "/v1/runs/acme/broken/result")
+    assert (missing.status, missing.json()["error"]["code"]) == (409, "result_unavailable")
+
+
+async def test_credential_replacement_and_a_lost_credential(stack: RunsStack) -> None:
+    orchestrator = Orchestrator()
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=3600)
+        launch = stack.launch_body("cred", "@fake reply: x\n@fake delay-ms: 1500")
+        first = (await stack.call("POST", "/v1/runs", launch)).json()
+        assert first["credential"] == "none"
+        stale = await stack.call("POST", "/v1/runs/acme/cred/credential", {"generation": 0, "credential": "t"})
+        assert stale.status == 400
+        replaced = await stack.call("POST", "/v1/runs/acme/cred/credential", {"generation": 1, "credential": "t2"})
+        assert replaced.json()["credential"] == "held"
+        too_far = await stack.call(
+            "POST",
+            "/v1/runs/acme/cred/credential",
+            {"generation": 1, "credential": "t3", "authority_expires_at": "2099-01-01T00:00:00Z"},
+        )
+        assert (too_far.status, too_far.json()["error"]["code"]) == (422, "grant_exceeded")
+        # A lost credential is recovered by repeating the launch with a reissued one: the same run, one worker.
+        again = (await stack.call("POST", "/v1/runs", {**launch, "credential": "t4"})).json()
+        assert again["accepted_at"] == first["accepted_at"]
+        assert again["credential"] == "held"
+        await wait_state(stack, "cred", "stopped")
+        chat = [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]
+        assert len(chat) == 1
+        unknown = await stack.call("POST", "/v1/runs/acme/nope/credential", {"generation": 1, "credential": "t"})
+        assert unknown.status == 404
+    finally:
+        await runner.cleanup()

@@ -15,6 +15,7 @@ from clawstack.gateway.errors import (
     GatewayError,
 )
 from clawstack.gateway.keys import SessionKey, SessionKeyError, normalize_agent_id, parse_session_key
+from clawstack.gateway.lanes import LaneError, Lanes
 from clawstack.gateway.sessions import SessionError, SessionStore
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "GatewayConfigSyntaxError",
     "GatewayConfigUnreadableError",
     "GatewayError",
+    "LaneError",
+    "Lanes",
     "SessionError",
     "SessionKey",
     "SessionKeyError",

@@ -6,6 +6,7 @@ The config (:mod:`clawstack.gateway.config`) is one JSON5 file with OpenClaw's k
 :mod:`clawstack.gateway.errors`).
 """
 
+from clawstack.gateway.agent import AgentEvent, AgentLoop, TurnResult
 from clawstack.gateway.config import GatewayConfig, load_config, parse_config
 from clawstack.gateway.errors import (
     ConfigProblem,
@@ -17,8 +18,11 @@ from clawstack.gateway.errors import (
 from clawstack.gateway.keys import SessionKey, SessionKeyError, normalize_agent_id, parse_session_key
 from clawstack.gateway.lanes import LaneError, Lanes
 from clawstack.gateway.sessions import SessionError, SessionStore
+from clawstack.gateway.tools import Tool, ToolPolicy, ToolRegistry
 
 __all__ = [
+    "AgentEvent",
+    "AgentLoop",
     "ConfigProblem",
     "GatewayConfig",
     "GatewayConfigError",
@@ -31,6 +35,10 @@ __all__ = [
     "SessionKey",
     "SessionKeyError",
     "SessionStore",
+    "Tool",
+    "ToolPolicy",
+    "ToolRegistry",
+    "TurnResult",
     "load_config",
     "normalize_agent_id",
     "parse_config",

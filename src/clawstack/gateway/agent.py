@@ -1,0 +1,525 @@
+"""The agent loop: one agent turn, from a user message to a final answer, recorded step by step.
+
+:meth:`AgentLoop.run_turn` appends the user message to the session's transcript, sends the transcript (after the
+agent's instructions) and the agent's effective tools to the agent's model, streams the answer to the caller's
+``on_event`` callback, runs the tools the model calls, and loops until the model answers without tool calls or
+:data:`MAX_TOOL_ROUNDS` model calls have been made. Every assistant and tool message is appended to the
+transcript as soon as it is complete, with the provider, model, usage and stop reason; the run is recorded in the
+:class:`~clawstack.gateway.sessions.SessionStore` from ``running`` to ``ok``, ``error``, ``timeout`` or ``aborted``.
+
+Models: the agent's ``model.primary`` and then its ``fallbacks`` (or one explicit ``provider/model``), each through
+its provider's ``baseUrl`` and ``apiKey``. A model call that fails before any text was streamed moves on to the
+next model in the chain; the turn stays on the model that answered. A failure after text was streamed, or of the
+last model, ends the turn with status ``error`` and the model error's code.
+
+Deadlines and cancellation: the whole turn runs under one ``timeout_s`` deadline (default
+``agents.defaults.timeoutSeconds``) and ends with status ``timeout`` when it passes. Cancelling the task running
+:meth:`~AgentLoop.run_turn` records the run as ``aborted`` and re-raises the cancellation; nothing is appended to
+the transcript and no event is sent after it. A message still half-streamed is never appended.
+
+Events (:class:`AgentEvent`, OpenClaw's ``agent`` event streams):
+
+* ``lifecycle``: ``{"phase": "start"}``; ``{"phase": "model", "provider", "model", "round"}`` before each model
+  call (fallbacks included); ``{"phase": "finishing"}`` once the final answer is in; ``{"phase": "end", "status",
+  "terminalReply"}`` (plus ``"error": {code, message}`` unless ``ok``) after the run is recorded.
+* ``assistant``: ``{"text": <the message so far>, "delta": <the new piece>}`` per streamed piece of text.
+* ``tool``: ``{"phase": "start", "name", "toolCallId", "args"}`` and ``{"phase": "result", "name",
+  "toolCallId", "isError", "result"}``.
+
+Transcript shapes: the user message is its text (idempotency key ``"<run_id>:user"``); an assistant message is a
+list of ``{"type": "text", "text"}`` and ``{"type": "toolCall", "id", "name", "arguments"}`` blocks; a tool
+message is one ``{"type": "text", "text", "toolCallId", "toolName", "isError"}`` block. Assistant messages carry
+``usage`` as ``{"input", "output", "totalTokens"}`` and ``stopReason`` in OpenClaw's words (``stop``, ``toolUse``,
+``length``; any other finish reason as the model gave it).
+
+Errors raised before a run is recorded::
+
+    GatewayError                   (clawstack.gateway.errors)
+     └── AgentLoopError            "agent_loop_error"
+          ├── UnknownAgentError    "agent_not_found": no such agent in the config
+          └── UnknownModelError    "model_not_found": the ``model`` override names no configured model
+
+A run id already past ``accepted`` raises :class:`~clawstack.gateway.sessions.RunStateError`; session and key
+errors come from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, split_model_ref
+from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
+from clawstack.gateway.tools import ToolError, ToolPolicy, ToolRegistry
+from clawstack.llm import ChatCompletion, LLMClient, LLMError, ToolCall
+
+__all__ = [
+    "MAX_TOOL_ROUNDS",
+    "AgentEvent",
+    "AgentLoop",
+    "AgentLoopError",
+    "EventHandler",
+    "EventStream",
+    "LLMFactory",
+    "TurnError",
+    "TurnResult",
+    "TurnStatus",
+    "UnknownAgentError",
+    "UnknownModelError",
+    "default_llm_factory",
+    "transcript_to_messages",
+]
+
+#: The most model calls one turn makes; a model still calling tools after that ends the turn with an error.
+MAX_TOOL_ROUNDS: Final = 16
+
+TurnStatus = Literal["ok", "error", "timeout"]
+"""How :meth:`AgentLoop.run_turn` ends when it returns (a cancelled turn raises instead, recorded ``aborted``)."""
+
+EventStream = Literal["assistant", "tool", "lifecycle"]
+
+_STOP_REASONS: Final[Mapping[str, str]] = {"stop": "stop", "tool_calls": "toolUse", "length": "length"}
+
+
+class AgentLoopError(GatewayError):
+    """Base of the agent loop's errors: the turn could not start."""
+
+    code = "agent_loop_error"
+
+
+class UnknownAgentError(AgentLoopError):
+    """The agent id names no agent in ``agents.entries``."""
+
+    code = "agent_not_found"
+
+
+class UnknownModelError(AgentLoopError):
+    """The model override names no model of a configured provider."""
+
+    code = "model_not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """One progress event of a run: ``seq`` counts from 1 per run; ``data`` depends on ``stream``."""
+
+    run_id: str
+    session_key: str
+    agent_id: str
+    seq: int
+    stream: EventStream
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnError:
+    """Why a turn did not end ``ok``: a stable ``code`` (a model error's own code when the model failed)."""
+
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"code", "message"}``."""
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """The end of a turn: ``text`` is the last assistant text (``""`` if none); ``error`` unless ``ok``."""
+
+    status: TurnStatus
+    text: str
+    error: TurnError | None = None
+
+
+EventHandler = Callable[[AgentEvent], Awaitable[None]]
+LLMFactory = Callable[[str, ProviderConfig], LLMClient]
+"""``(provider_id, provider) -> LLMClient``: the client for one provider, not yet entered."""
+
+
+def default_llm_factory(provider_id: str, provider: ProviderConfig) -> LLMClient:
+    """A client for the provider's ``baseUrl`` and ``apiKey``; the turn's own deadline bounds every call."""
+    api_key = None if provider.api_key is None else provider.api_key.get_secret_value()
+    return LLMClient(provider.base_url, api_key=api_key, timeout_s=None)
+
+
+class _TurnFailed(Exception):
+    """Ends a turn with status ``error``; internal to this module."""
+
+    def __init__(self, error: TurnError, text: str = "") -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.text = text
+
+
+def _text_of(content: str | list[dict[str, Any]]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+
+
+def transcript_to_messages(history: Sequence[Message]) -> list[dict[str, Any]]:
+    """The OpenAI chat messages for a stored transcript.
+
+    Tool calls without a stored result (a turn cut short between the two) and results without their call are left
+    out, so the request is always well formed.
+    """
+    result_ids: set[str] = set()
+    call_ids: set[str] = set()
+    for message in history:
+        if isinstance(message.content, list):
+            for block in message.content:
+                if message.role == "tool" and isinstance(block.get("toolCallId"), str):
+                    result_ids.add(block["toolCallId"])
+                if message.role == "assistant" and block.get("type") == "toolCall" and isinstance(block.get("id"), str):
+                    call_ids.add(block["id"])
+    messages: list[dict[str, Any]] = []
+    for message in history:
+        if message.role in ("user", "system"):
+            messages.append({"role": message.role, "content": _text_of(message.content)})
+        elif message.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": _text_of(message.content)}
+            calls = [
+                {
+                    "id": block["id"],
+                    "type": "function",
+                    "function": {
+                        "name": str(block.get("name", "")),
+                        "arguments": block["arguments"]
+                        if isinstance(block.get("arguments"), str)
+                        else json.dumps(block.get("arguments", {})),
+                    },
+                }
+                for block in (message.content if isinstance(message.content, list) else [])
+                if block.get("type") == "toolCall" and block.get("id") in result_ids
+            ]
+            if calls:
+                entry["tool_calls"] = calls
+            messages.append(entry)
+        elif isinstance(message.content, list):
+            for block in message.content:
+                call_id = block.get("toolCallId")
+                if isinstance(call_id, str) and call_id in call_ids:
+                    messages.append({"role": "tool", "tool_call_id": call_id, "content": str(block.get("text", ""))})
+    return messages
+
+
+def _load_transcript(store: SessionStore, key: str) -> list[Message]:
+    """The whole transcript, oldest first, read a page at a time."""
+    pages: list[list[Message]] = []
+    offset = 0
+    while True:
+        page = store.history(key, limit=1000, offset=offset)
+        pages.append(page.messages)
+        if not page.has_more:
+            break
+        offset += 1000
+    return [message for page_messages in reversed(pages) for message in page_messages]
+
+
+def _call_arguments(call: ToolCall) -> dict[str, Any] | str:
+    """The arguments as an object when they parse as one, else the text as received."""
+    try:
+        parsed = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        return call.arguments
+    return parsed if isinstance(parsed, dict) else call.arguments
+
+
+class AgentLoop:
+    """Runs agent turns against one config, session store and tool registry.
+
+    LLM clients are made by ``llm_factory`` once per provider and kept open; :meth:`aclose` closes them.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: SessionStore,
+        registry: ToolRegistry,
+        *,
+        llm_factory: LLMFactory = default_llm_factory,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._registry = registry
+        self._llm_factory = llm_factory
+        self._clients: dict[str, LLMClient] = {}
+        self._clients_lock = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        """Close every LLM client this loop opened. Idempotent."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
+
+    async def __aenter__(self) -> AgentLoop:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def effective_tools(
+        self, agent_id: str, *, tools_allow: Sequence[str] | None = None, disable_tools: bool = False
+    ) -> list[str]:
+        """The registered tools ``agent_id`` may call: the global policy, narrowed by the agent's and the run's."""
+        if disable_tools:
+            return []
+        layers = [ToolPolicy.from_config(self._agent(agent_id).tools)]
+        if tools_allow is not None:
+            layers.append(ToolPolicy(tools_allow))
+        return ToolPolicy.from_config(self._config.tools).effective(self._registry.names(), *layers)
+
+    def _agent(self, agent_id: str) -> AgentEntry:
+        try:
+            return self._config.agent(agent_id)
+        except KeyError:
+            raise UnknownAgentError(f"no agent {json.dumps(agent_id)} is configured") from None
+
+    def _model_chain(self, agent_id: str, model: str | None) -> tuple[str, ...]:
+        if model is None:
+            return self._config.agent_model(agent_id).chain
+        try:
+            self._config.resolve_model(model)
+        except (KeyError, ValueError):
+            raise UnknownModelError(f"no configured model is {json.dumps(model)}") from None
+        return (model,)
+
+    async def _client(self, provider_id: str, provider: ProviderConfig) -> LLMClient:
+        async with self._clients_lock:
+            client = self._clients.get(provider_id)
+            if client is None:
+                client = self._llm_factory(provider_id, provider)
+                await client.__aenter__()
+                self._clients[provider_id] = client
+            return client
+
+    async def run_turn(
+        self,
+        *,
+        run_id: str,
+        session_key: str,
+        agent_id: str,
+        message: str,
+        extra_system_prompt: str | None = None,
+        model: str | None = None,
+        tools_allow: Sequence[str] | None = None,
+        disable_tools: bool = False,
+        timeout_s: float | None = None,
+        on_event: EventHandler | None = None,
+    ) -> TurnResult:
+        """Run one turn of ``agent_id`` on ``session_key`` for the user ``message``; see the module docstring.
+
+        ``model`` (``provider/model``) replaces the agent's model chain; ``tools_allow`` narrows the effective
+        tools further; ``disable_tools`` sends none. ``timeout_s`` defaults to ``agents.defaults.timeoutSeconds``.
+        The run ``run_id`` is recorded on the session (created for ``agent_id`` if needed); it may already be
+        recorded as ``accepted``, never further along.
+        """
+        agent = self._agent(agent_id)
+        chain = self._model_chain(agent_id, model)
+        tool_names = self.effective_tools(agent_id, tools_allow=tools_allow, disable_tools=disable_tools)
+        if timeout_s is None:
+            timeout_s = float(self._config.agents.defaults.timeout_seconds)
+        elif not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ValueError("timeout_s must be a positive number of seconds")
+        system_parts = [part for part in (agent.instructions, extra_system_prompt) if part]
+
+        store = self._store
+        await asyncio.to_thread(store.get_or_create, session_key, agent_id=agent_id)
+        run, _ = await asyncio.to_thread(store.start_run, run_id, session_key)
+        if run.state != "accepted":
+            raise RunStateError(f"the run is already {run.state}")
+        await asyncio.to_thread(store.mark_running, run_id)
+
+        turn = _Turn(
+            loop=self,
+            run_id=run_id,
+            session_key=run.session_key,
+            agent_id=agent_id,
+            chain=chain,
+            system_prompt="\n\n".join(system_parts) or None,
+            tool_names=tool_names,
+            on_event=on_event,
+        )
+        scope = asyncio.timeout(timeout_s)
+        try:
+            async with scope:
+                result = await turn.run(message)
+        except TimeoutError:
+            if not scope.expired():
+                await asyncio.to_thread(store.finish_run, run_id, "error", "internal error")
+                raise
+            result = TurnResult(
+                "timeout", turn.last_text, TurnError("run_timeout", f"the run took longer than {timeout_s:g} s")
+            )
+        except _TurnFailed as failed:
+            result = TurnResult("error", failed.text, failed.error)
+        except asyncio.CancelledError:
+            # Best-effort shutdown step: record the run as aborted, then let the cancellation go on.
+            await asyncio.to_thread(store.finish_run, run_id, "aborted", "the run was cancelled")
+            raise
+        except BaseException:
+            await asyncio.to_thread(store.finish_run, run_id, "error", "internal error")
+            raise
+        error = result.error
+        await asyncio.to_thread(store.finish_run, run_id, result.status, None if error is None else error.message)
+        end: dict[str, Any] = {"phase": "end", "status": result.status, "terminalReply": result.text}
+        if error is not None:
+            end["error"] = error.to_dict()
+        await turn.emit("lifecycle", end)
+        return result
+
+
+@dataclass
+class _Turn:
+    """The state of one running turn."""
+
+    loop: AgentLoop
+    run_id: str
+    session_key: str
+    agent_id: str
+    chain: tuple[str, ...]
+    system_prompt: str | None
+    tool_names: list[str]
+    on_event: EventHandler | None
+    last_text: str = ""
+    _seq: int = 0
+    _model_index: int = 0
+    _messages: list[dict[str, Any]] = field(default_factory=list)
+
+    async def emit(self, stream: EventStream, data: Mapping[str, Any]) -> None:
+        if self.on_event is None:
+            return
+        self._seq += 1
+        await self.on_event(AgentEvent(self.run_id, self.session_key, self.agent_id, self._seq, stream, data))
+
+    async def _append(self, message: NewMessage) -> None:
+        await asyncio.to_thread(self.loop._store.append, self.session_key, message)
+
+    async def run(self, user_text: str) -> TurnResult:
+        await self.emit("lifecycle", {"phase": "start"})
+        await self._append(NewMessage("user", user_text, run_id=self.run_id, idempotency_key=f"{self.run_id}:user"))
+        history = await asyncio.to_thread(_load_transcript, self.loop._store, self.session_key)
+        if self.system_prompt is not None:
+            self._messages.append({"role": "system", "content": self.system_prompt})
+        self._messages.extend(transcript_to_messages(history))
+        tools = self.loop._registry.openai_tools(self.tool_names)
+        allowed = frozenset(self.tool_names)
+        for round_no in range(1, MAX_TOOL_ROUNDS + 1):
+            completion, provider_id, model_id = await self._complete(tools, round_no)
+            text = completion.content or ""
+            self.last_text = text
+            await self._append_assistant(completion, provider_id, model_id, round_no)
+            if not completion.tool_calls:
+                await self.emit("lifecycle", {"phase": "finishing"})
+                return TurnResult("ok", text)
+            if round_no == MAX_TOOL_ROUNDS:
+                break
+            for index, call in enumerate(completion.tool_calls):
+                await self._run_tool(call, allowed, f"{self.run_id}:tool:{round_no}:{index}")
+        raise _TurnFailed(
+            TurnError("tool_rounds_exceeded", f"the model was still calling tools after {MAX_TOOL_ROUNDS} model calls"),
+            self.last_text,
+        )
+
+    async def _complete(self, tools: list[dict[str, Any]], round_no: int) -> tuple[ChatCompletion, str, str]:
+        config = self.loop._config
+        last_error: LLMError | None = None
+        for index in range(self._model_index, len(self.chain)):
+            ref = self.chain[index]
+            provider_id, _ = split_model_ref(ref)
+            provider, model = config.resolve_model(ref)
+            await self.emit(
+                "lifecycle", {"phase": "model", "provider": provider_id, "model": model.id, "round": round_no}
+            )
+            client = await self.loop._client(provider_id, provider)
+            text = ""
+            try:
+                async with client.stream_chat_completion(
+                    model=model.id, messages=self._messages, tools=tools or None
+                ) as stream:
+                    async for chunk in stream:
+                        if chunk.content:
+                            text += chunk.content
+                            await self.emit("assistant", {"text": text, "delta": chunk.content})
+                    completion = await stream.final_completion()
+            except LLMError as exc:
+                if text:
+                    raise _TurnFailed(TurnError(exc.code, exc.message), text) from exc
+                last_error = exc
+                continue
+            self._model_index = index
+            return completion, provider_id, model.id
+        assert last_error is not None  # the chain is never empty
+        raise _TurnFailed(TurnError(last_error.code, last_error.message), self.last_text)
+
+    async def _append_assistant(
+        self, completion: ChatCompletion, provider_id: str, model_id: str, round_no: int
+    ) -> None:
+        blocks: list[dict[str, Any]] = []
+        if completion.content:
+            blocks.append({"type": "text", "text": completion.content})
+        for call in completion.tool_calls:
+            blocks.append({"type": "toolCall", "id": call.id, "name": call.name, "arguments": _call_arguments(call)})
+        usage = completion.usage
+        await self._append(
+            NewMessage(
+                "assistant",
+                blocks,
+                run_id=self.run_id,
+                idempotency_key=f"{self.run_id}:assistant:{round_no}",
+                provider=provider_id,
+                model=model_id,
+                usage=None
+                if usage is None
+                else {
+                    "input": usage.prompt_tokens,
+                    "output": usage.completion_tokens,
+                    "totalTokens": usage.total_tokens,
+                },
+                stop_reason=None
+                if completion.finish_reason is None
+                else _STOP_REASONS.get(completion.finish_reason, completion.finish_reason),
+            )
+        )
+        entry: dict[str, Any] = {"role": "assistant", "content": completion.content or ""}
+        if completion.tool_calls:
+            entry["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in completion.tool_calls
+            ]
+        self._messages.append(entry)
+
+    async def _run_tool(self, call: ToolCall, allowed: frozenset[str], idempotency_key: str) -> None:
+        arguments = _call_arguments(call)
+        await self.emit("tool", {"phase": "start", "name": call.name, "toolCallId": call.id, "args": arguments})
+        result, is_error = await self._call(call.name, arguments, allowed)
+        await self.emit(
+            "tool",
+            {"phase": "result", "name": call.name, "toolCallId": call.id, "isError": is_error, "result": result},
+        )
+        block = {"type": "text", "text": result, "toolCallId": call.id, "toolName": call.name, "isError": is_error}
+        await self._append(NewMessage("tool", [block], run_id=self.run_id, idempotency_key=idempotency_key))
+        self._messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+
+    async def _call(self, name: str, arguments: dict[str, Any] | str, allowed: frozenset[str]) -> tuple[str, bool]:
+        """Run one tool call: ``(result text, is_error)``. A tool outside the effective set never runs."""
+        tool = self.loop._registry.get(name) if name in allowed else None
+        if tool is None:
+            return f"error: the tool {json.dumps(name)} is not available", True
+        if not isinstance(arguments, dict):
+            return "error: the arguments are not a JSON object", True
+        try:
+            result: object = await tool.handler(arguments)
+        except ToolError as exc:
+            return f"error: {exc.message}", True
+        except Exception as exc:
+            return f"error: the tool failed ({type(exc).__name__})", True
+        if not isinstance(result, str):
+            return "error: the tool returned something other than text", True
+        return result, False

@@ -1,0 +1,1 @@
+"""Integration tests of the agent gateway against real components (the scripted fake model, SQLite)."""

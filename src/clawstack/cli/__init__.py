@@ -7,6 +7,7 @@ import click
 from clawstack import __version__
 from clawstack.cli.demo import demo
 from clawstack.cli.fake_llm import fake_llm
+from clawstack.cli.gateway import gateway
 from clawstack.cli.pod import down_command, up_command
 from clawstack.cli.proxy import proxy
 from clawstack.cli.runs import runs
@@ -20,6 +21,7 @@ def cli() -> None:
 
 cli.add_command(demo)
 cli.add_command(fake_llm)
+cli.add_command(gateway)
 cli.add_command(proxy)
 cli.add_command(runs)
 cli.add_command(up_command)

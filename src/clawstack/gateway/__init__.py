@@ -17,6 +17,7 @@ from clawstack.gateway.errors import (
 )
 from clawstack.gateway.keys import SessionKey, SessionKeyError, normalize_agent_id, parse_session_key
 from clawstack.gateway.lanes import LaneError, Lanes
+from clawstack.gateway.server import GatewayServer
 from clawstack.gateway.sessions import SessionError, SessionStore
 from clawstack.gateway.tools import Tool, ToolPolicy, ToolRegistry
 
@@ -29,6 +30,7 @@ __all__ = [
     "GatewayConfigSyntaxError",
     "GatewayConfigUnreadableError",
     "GatewayError",
+    "GatewayServer",
     "LaneError",
     "Lanes",
     "SessionError",

@@ -69,7 +69,7 @@ __all__ = [
     "CronConfig",
     "GatewayAuth",
     "GatewayConfig",
-    "GatewayServer",
+    "GatewaySection",
     "HooksConfig",
     "ModelCost",
     "ModelSelection",
@@ -437,7 +437,7 @@ class GatewayAuth(_Section):
         return secret
 
 
-class GatewayServer(_Section):
+class GatewaySection(_Section):
     """``gateway``: the WebSocket listener (port 0 picks a free port)."""
 
     mode: Literal["local"] = "local"
@@ -475,7 +475,7 @@ class GatewayConfig(_Section):
     plugins: PluginsConfig = PluginsConfig()
     hooks: HooksConfig = HooksConfig()
     cron: CronConfig = CronConfig()
-    gateway: GatewayServer
+    gateway: GatewaySection
     operators: tuple[Operator, ...] = ()
 
     _ignored_keys: tuple[str, ...] = PrivateAttr(default=())

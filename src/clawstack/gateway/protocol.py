@@ -1,0 +1,365 @@
+"""The gateway WebSocket protocol's wire format: frames, request parameters, error shapes and constants.
+
+This module is transport-free: it parses untrusted frames and parameters into typed values and builds the JSON
+objects the server sends. :mod:`clawstack.gateway.server` adapts it to aiohttp. The subset implemented, and the
+frames it exchanges, are described in ``docs/gateway-protocol.md``; they follow the OpenClaw gateway protocol
+(version 4) as observed on a real gateway.
+
+Frames::
+
+    {"type": "req", "id": str, "method": str, "params": object}        client → server
+    {"type": "res", "id": str, "ok": true, "payload": object}          server → client
+    {"type": "res", "id": str, "ok": false, "error": ErrorShape}       server → client
+    {"type": "event", "event": str, "payload": object, "seq": int}     server → client
+
+Errors are values, not exceptions on the wire: :class:`ProtocolError` carries an :data:`ErrorCode` (``code``),
+a message and optional ``details``, and :meth:`ProtocolError.to_shape` is the ``error`` object of a ``res`` frame::
+
+    GatewayError                       (clawstack.gateway.errors)
+     └── ProtocolError                 "protocol_error"; wire code in ``wire_code``
+          ├── FrameError               a frame that is not a request; ``frame_id`` when one could be read
+          └── ParamsError              invalid parameters, message "invalid <what> params: at <pointer>: <problem>"
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from clawstack.gateway.errors import GatewayError
+
+__all__ = [
+    "CLIENT_IDS",
+    "CLIENT_MODES",
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_MAX_PAYLOAD",
+    "DEFAULT_TICK_INTERVAL_MS",
+    "EVENTS",
+    "METHOD_SCOPES",
+    "PROTOCOL_VERSION",
+    "SCOPED_CLIENTS",
+    "ChatAbortParams",
+    "ChatHistoryParams",
+    "ChatSendParams",
+    "ClientInfo",
+    "ConnectAuth",
+    "ConnectParams",
+    "ErrorCode",
+    "FrameError",
+    "ParamsError",
+    "ProtocolError",
+    "RequestFrame",
+    "SessionsListParams",
+    "SessionsSubscribeParams",
+    "event_frame",
+    "granted_scopes",
+    "missing_scope",
+    "parse_params",
+    "parse_request_frame",
+    "response_error",
+    "response_ok",
+]
+
+#: The one protocol version this gateway speaks.
+PROTOCOL_VERSION: Final = 4
+
+#: ``policy.maxPayload``: the largest frame accepted, in bytes (OpenClaw's value).
+DEFAULT_MAX_PAYLOAD: Final = 25 * 1024 * 1024
+
+#: ``policy.maxBufferedBytes``: how much unsent output a connection may hold before it is closed as too slow.
+DEFAULT_MAX_BUFFERED_BYTES: Final = 50 * 1024 * 1024
+
+#: ``policy.tickIntervalMs``: the interval of ``tick`` events.
+DEFAULT_TICK_INTERVAL_MS: Final = 30_000
+
+ErrorCode = Literal["INVALID_REQUEST", "FORBIDDEN", "UNAVAILABLE"]
+"""The wire error codes this gateway sends; ``details.code`` refines some of them."""
+
+#: ``(client id, mode)`` pairs that keep the scopes they ask for without a device identity.
+SCOPED_CLIENTS: Final[frozenset[tuple[str, str]]] = frozenset({("gateway-client", "backend"), ("cli", "cli")})
+
+#: The scope each method needs. ``operator.admin`` grants every scope; ``operator.write`` also grants read.
+METHOD_SCOPES: Final[Mapping[str, str]] = {
+    "chat.send": "operator.write",
+    "chat.abort": "operator.write",
+    "chat.history": "operator.read",
+    "sessions.list": "operator.read",
+    "sessions.messages.subscribe": "operator.read",
+    "sessions.messages.unsubscribe": "operator.read",
+}
+
+#: The events a connection may receive.
+EVENTS: Final[tuple[str, ...]] = ("connect.challenge", "chat", "agent", "tick")
+
+
+class ProtocolError(GatewayError):
+    """A request the gateway refuses: ``wire_code`` and ``details`` become the ``res`` frame's ``error``."""
+
+    code = "protocol_error"
+
+    def __init__(self, wire_code: ErrorCode, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.wire_code: ErrorCode = wire_code
+        self.details: dict[str, Any] | None = None if details is None else dict(details)
+
+    def to_shape(self) -> dict[str, Any]:
+        """``{"code", "message"}`` plus ``details`` when present."""
+        shape: dict[str, Any] = {"code": self.wire_code, "message": self.message}
+        if self.details is not None:
+            shape["details"] = self.details
+        return shape
+
+
+class FrameError(ProtocolError):
+    """An incoming frame is not a well-formed ``req`` frame; ``frame_id`` is its ``id`` when one could be read."""
+
+    def __init__(self, problem: str, frame_id: str | None = None) -> None:
+        super().__init__("INVALID_REQUEST", f"invalid request frame: {problem}")
+        self.frame_id = frame_id
+
+
+class ParamsError(ProtocolError):
+    """The parameters of a request do not match the method's schema."""
+
+    def __init__(self, what: str, pointer: str, problem: str) -> None:
+        where = pointer or "root"
+        super().__init__("INVALID_REQUEST", f"invalid {what} params: at {where}: {problem}")
+        self.pointer = pointer
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Frames
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    """A well-formed ``req`` frame; ``params`` is whatever the client sent (checked per method)."""
+
+    id: str
+    method: str
+    params: object
+
+
+def parse_request_frame(text: str | bytes) -> RequestFrame:
+    """Parse one incoming frame; raise :class:`FrameError` (``INVALID_REQUEST``) unless it is a ``req`` frame."""
+    try:
+        frame = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        raise FrameError("not JSON") from None
+    if not isinstance(frame, dict):
+        raise FrameError("must be object")
+    raw_id = frame.get("id")
+    frame_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    if frame.get("type") != "req":
+        raise FrameError('at /type: must be equal to "req"', frame_id)
+    if frame_id is None:
+        raise FrameError("at /id: must be a non-empty string")
+    method = frame.get("method")
+    if not isinstance(method, str) or not method:
+        raise FrameError("at /method: must be a non-empty string", frame_id)
+    unexpected = sorted(set(frame) - {"type", "id", "method", "params"})
+    if unexpected:
+        raise FrameError(f"at root: unexpected property {unexpected[0]!r}", frame_id)
+    return RequestFrame(frame_id, method, frame.get("params", {}))
+
+
+def response_ok(frame_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A successful ``res`` frame."""
+    return {"type": "res", "id": frame_id, "ok": True, "payload": dict(payload)}
+
+
+def response_error(frame_id: str | None, error: ProtocolError) -> dict[str, Any]:
+    """A failed ``res`` frame; ``frame_id`` is ``None`` when the request had no readable id."""
+    return {"type": "res", "id": frame_id, "ok": False, "error": error.to_shape()}
+
+
+def event_frame(event: str, payload: Mapping[str, Any], seq: int | None) -> dict[str, Any]:
+    """An ``event`` frame; ``seq`` is left out only for ``connect.challenge``."""
+    frame: dict[str, Any] = {"type": "event", "event": event, "payload": dict(payload)}
+    if seq is not None:
+        frame["seq"] = seq
+    return frame
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parameters
+
+
+class _Params(BaseModel):
+    """Base of every parameter schema: closed objects, no coercion, inputs never echoed in errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, hide_input_in_errors=True)
+
+
+NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+ClientId = Literal[
+    "webchat-ui",
+    "openclaw-control-ui",
+    "webchat",
+    "cli",
+    "gateway-client",
+    "openclaw-macos",
+    "openclaw-ios",
+    "openclaw-android",
+    "node-host",
+    "test",
+    "fingerprint",
+    "openclaw-probe",
+]
+ClientMode = Literal["webchat", "cli", "ui", "backend", "node", "probe", "test"]
+
+#: The client ids a ``connect`` may name (anything else is refused as invalid params).
+CLIENT_IDS: Final[tuple[str, ...]] = get_args(ClientId)
+
+#: The client modes a ``connect`` may name.
+CLIENT_MODES: Final[tuple[str, ...]] = get_args(ClientMode)
+
+P = TypeVar("P", bound="_Params")
+
+
+class ClientInfo(_Params):
+    """``connect.params.client``: who is connecting."""
+
+    id: ClientId
+    mode: ClientMode
+    version: NonEmpty
+    platform: NonEmpty
+    displayName: NonEmpty | None = None
+    instanceId: NonEmpty | None = None
+
+
+class ConnectAuth(_Params):
+    """``connect.params.auth``: the shared secret, as a token or a password."""
+
+    token: StrictStr | None = None
+    password: StrictStr | None = None
+
+
+class ConnectParams(_Params):
+    """``connect.params``, a closed object."""
+
+    minProtocol: Annotated[StrictInt, Field(ge=1)]
+    maxProtocol: Annotated[StrictInt, Field(ge=1)]
+    client: ClientInfo
+    role: Literal["operator"] = "operator"
+    scopes: list[NonEmpty] = Field(default_factory=list)
+    caps: list[NonEmpty] = Field(default_factory=list)
+    auth: ConnectAuth | None = None
+    locale: StrictStr | None = None
+    userAgent: StrictStr | None = None
+    device: dict[str, Any] | None = None
+
+
+class ChatSendParams(_Params):
+    """``chat.send``: one user message for a session; ``idempotencyKey`` becomes the run id."""
+
+    sessionKey: NonEmpty
+    message: NonEmpty
+    idempotencyKey: Annotated[StrictStr, Field(min_length=1, max_length=256)]
+
+
+class ChatHistoryParams(_Params):
+    """``chat.history``: a window of a session's transcript, counted back from the newest message."""
+
+    sessionKey: NonEmpty
+    limit: Annotated[StrictInt, Field(ge=1, le=1000)] = 200
+    offset: Annotated[StrictInt, Field(ge=0)] = 0
+    maxChars: Annotated[StrictInt, Field(ge=1)] | None = None
+
+
+class ChatAbortParams(_Params):
+    """``chat.abort``: cancel the session's runs, or only ``runId``."""
+
+    sessionKey: NonEmpty
+    runId: NonEmpty | None = None
+
+
+class SessionsListParams(_Params):
+    """``sessions.list``: live sessions, most recently updated first."""
+
+    limit: Annotated[StrictInt, Field(ge=1, le=1000)] = 100
+    agentId: NonEmpty | None = None
+
+
+class SessionsSubscribeParams(_Params):
+    """``sessions.messages.subscribe`` / ``unsubscribe``: one session's ``chat`` and ``agent`` events."""
+
+    sessionKey: NonEmpty
+
+
+_TYPE_NAMES: Final[Mapping[str, str]] = {
+    "string_type": "must be string",
+    "int_type": "must be integer",
+    "bool_type": "must be boolean",
+    "list_type": "must be array",
+    "tuple_type": "must be array",
+    "dict_type": "must be object",
+    "model_type": "must be object",
+    "model_attributes_type": "must be object",
+    "literal_error": "must be equal to one of the allowed values",
+}
+
+
+def _pointer(loc: tuple[int | str, ...]) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)
+
+
+def _problem(error: Mapping[str, Any]) -> tuple[str, str]:
+    """``(JSON pointer, problem)`` for one pydantic error, in the words of a JSON Schema validator."""
+    loc: tuple[int | str, ...] = tuple(error["loc"])
+    kind: str = error["type"]
+    ctx: Mapping[str, Any] = error.get("ctx") or {}
+    if kind == "missing":
+        return _pointer(loc[:-1]), f"must have required property {str(loc[-1])!r}"
+    if kind == "extra_forbidden":
+        return _pointer(loc[:-1]), f"unexpected property {str(loc[-1])!r}"
+    if kind == "string_too_short":
+        return _pointer(loc), f"must NOT have fewer than {ctx.get('min_length')} characters"
+    if kind == "string_too_long":
+        return _pointer(loc), f"must NOT have more than {ctx.get('max_length')} characters"
+    if kind == "greater_than_equal":
+        return _pointer(loc), f"must be >= {ctx.get('ge')}"
+    if kind == "less_than_equal":
+        return _pointer(loc), f"must be <= {ctx.get('le')}"
+    return _pointer(loc), _TYPE_NAMES.get(kind, "is invalid")
+
+
+def parse_params(model: type[P], what: str, params: object) -> P:
+    """Validate ``params`` against ``model``; raise :class:`ParamsError` naming the first problem's JSON pointer."""
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise ParamsError(what, "", "must be object")
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        pointer, problem = _problem(exc.errors()[0])
+        raise ParamsError(what, pointer, problem) from None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Scopes
+
+
+def granted_scopes(params: ConnectParams) -> tuple[str, ...]:
+    """The scopes a connection gets: what it asked for if its ``(id, mode)`` may keep scopes, else none.
+
+    Device identities are not supported, so a ``device`` object grants nothing either.
+    """
+    if (params.client.id, params.client.mode) in SCOPED_CLIENTS:
+        return tuple(dict.fromkeys(params.scopes))
+    return ()
+
+
+def missing_scope(method: str, scopes: tuple[str, ...]) -> str | None:
+    """The scope ``method`` needs that ``scopes`` lacks, or ``None`` when it may be called."""
+    needed = METHOD_SCOPES.get(method)
+    if needed is None or "operator.admin" in scopes or needed in scopes:
+        return None
+    if needed == "operator.read" and "operator.write" in scopes:
+        return None
+    return needed

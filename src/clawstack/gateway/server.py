@@ -1,0 +1,731 @@
+"""The gateway's WebSocket server: the OpenClaw protocol subset over aiohttp, chat runs on the ``main`` lane.
+
+:class:`GatewayServer` opens the :class:`~clawstack.gateway.sessions.SessionStore` under ``data_dir`` (recording
+runs a previous process left in flight as ``interrupted``), builds the :class:`~clawstack.gateway.lanes.Lanes` and
+the :class:`~clawstack.gateway.agent.AgentLoop`, and serves WebSocket connections at ``/`` and ``/ws``.
+
+A connection goes through the handshake (``connect.challenge`` event, ``connect`` request, ``hello-ok``), then
+sends requests; the server answers each in order and pushes events. Every outgoing frame goes through the
+connection's queue, written by one task, so events keep their ``seq`` order and a slow reader never stalls a run;
+a connection whose unsent output passes ``max_buffered_bytes`` is closed (1008).
+
+Chat runs: ``chat.send`` records the run (its id is the idempotency key) before answering ``started``, then runs
+the turn on the ``main`` lane, one run per session at a time. Its events go to every connection subscribed to the
+session. ``chat.abort`` cancels the run's task and answers once the run is recorded ``aborted`` and the
+``aborted`` event is sent. :meth:`GatewayServer.stop` aborts runs in flight, then closes connections with 1012.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from aiohttp import WSMsgType, web
+
+from clawstack import __version__
+from clawstack.common.clock import Clock, SystemClock
+from clawstack.common.ids import new_uuid, secrets_equal
+from clawstack.gateway.agent import AgentEvent, AgentLoop, LLMFactory, TurnResult, default_llm_factory
+from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
+from clawstack.gateway.lanes import Lanes
+from clawstack.gateway.protocol import (
+    DEFAULT_MAX_BUFFERED_BYTES,
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_TICK_INTERVAL_MS,
+    EVENTS,
+    METHOD_SCOPES,
+    PROTOCOL_VERSION,
+    ChatAbortParams,
+    ChatHistoryParams,
+    ChatSendParams,
+    ConnectParams,
+    FrameError,
+    ProtocolError,
+    RequestFrame,
+    SessionsListParams,
+    SessionsSubscribeParams,
+    event_frame,
+    granted_scopes,
+    missing_scope,
+    parse_params,
+    parse_request_frame,
+    response_error,
+    response_ok,
+)
+from clawstack.gateway.sessions import Message, Run, SessionStore
+from clawstack.gateway.tools import ToolRegistry
+
+__all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
+
+#: How long a new connection has to send ``connect`` before it is closed (1008).
+DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
+
+#: The session store's file under ``data_dir``.
+STORE_FILE: Final = "sessions.sqlite3"
+
+_CLOSE_NORMAL: Final = 1000
+_CLOSE_POLICY: Final = 1008
+_CLOSE_RESTART: Final = 1012
+
+#: How long closing a socket waits for the peer's close frame, and :meth:`GatewayServer.stop` for all of them.
+_CLOSE_TIMEOUT_S: Final = 2.0
+
+_log = logging.getLogger(__name__)
+
+
+class ServerState(enum.Enum):
+    """Where a :class:`GatewayServer` is in its lifecycle."""
+
+    NEW = "new"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class _Close:
+    """A queued instruction to close the socket once everything before it is written."""
+
+    code: int
+    reason: str
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One WebSocket client: its outgoing queue, event counter, granted scopes and subscriptions."""
+
+    ws: web.WebSocketResponse
+    conn_id: str
+    max_buffered_bytes: int
+    scopes: tuple[str, ...] = ()
+    connected: bool = False
+    subscriptions: set[str] = field(default_factory=set)
+    writer: asyncio.Task[None] | None = None
+    _queue: asyncio.Queue[str | _Close] = field(default_factory=asyncio.Queue)
+    _buffered: int = 0
+    _seq: int = 0
+    _closing: bool = False
+
+    def send(self, frame: Mapping[str, Any]) -> None:
+        """Queue a frame; a connection over its buffer limit is closed instead."""
+        if self._closing:
+            return
+        text = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+        self._buffered += len(text)
+        if self._buffered > self.max_buffered_bytes:
+            self.close(_CLOSE_POLICY, "slow consumer")
+            return
+        self._queue.put_nowait(text)
+
+    def send_event(self, event: str, payload: Mapping[str, Any]) -> None:
+        """Queue an event with this connection's next ``seq``."""
+        if self._closing:
+            return
+        self._seq += 1
+        self.send(event_frame(event, payload, self._seq))
+
+    def close(self, code: int, reason: str) -> None:
+        """Close the socket after the frames already queued; later frames are dropped."""
+        if not self._closing:
+            self._closing = True
+            self._queue.put_nowait(_Close(code, reason))
+
+    async def write_all(self) -> None:
+        """Write queued frames until a close instruction, which it carries out."""
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, _Close):
+                await self.ws.close(code=item.code, message=item.reason.encode())
+                return
+            self._buffered -= len(item)
+            try:
+                await self.ws.send_str(item)
+            except (ConnectionError, RuntimeError):
+                # The peer went away: stop writing; the reader sees the socket close.
+                self._closing = True
+                return
+
+
+@dataclass(eq=False)
+class _ChatRun:
+    """A chat run in flight: its task, the session it belongs to, and the last ``seq`` of its events."""
+
+    run_id: str
+    session_key: str
+    agent_id: str
+    message: str
+    task: asyncio.Task[None] | None = None
+    seq: int = 0
+    text: str = ""
+
+
+class GatewayServer:
+    """The gateway's WebSocket server; see the module docstring.
+
+    ``clock`` drives ``tick`` events and timestamps; ``llm_factory`` makes the model clients (tests pass one for a
+    fake provider); ``registry`` holds the tools agents may call. ``tick_interval_ms``, ``handshake_timeout_s``,
+    ``max_payload`` and ``max_buffered_bytes`` are the connection policy. Use it as an async context manager, or
+    call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        data_dir: str | Path,
+        clock: Clock | None = None,
+        llm_factory: LLMFactory = default_llm_factory,
+        registry: ToolRegistry | None = None,
+        tick_interval_ms: int = DEFAULT_TICK_INTERVAL_MS,
+        handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    ) -> None:
+        if tick_interval_ms < 1 or handshake_timeout_s <= 0 or max_payload < 1 or max_buffered_bytes < 1:
+            raise ValueError("tick interval, handshake timeout and size limits must be positive")
+        self._config = config
+        self._data_dir = Path(data_dir)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._llm_factory = llm_factory
+        self._registry = registry if registry is not None else ToolRegistry()
+        self._tick_interval_ms = tick_interval_ms
+        self._handshake_timeout_s = handshake_timeout_s
+        self._max_payload = max_payload
+        self._max_buffered_bytes = max_buffered_bytes
+        self._state = ServerState.NEW
+        self._store: SessionStore | None = None
+        self._agent: AgentLoop | None = None
+        self._lanes: Lanes | None = None
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._connections: set[_Connection] = set()
+        self._runs: dict[str, _ChatRun] = {}
+        self.interrupted_run_ids: tuple[str, ...] = ()
+        """The runs a previous process left in flight, recorded ``interrupted`` by :meth:`start`."""
+
+    @property
+    def state(self) -> ServerState:
+        """Where the server is in its lifecycle."""
+        return self._state
+
+    @property
+    def port(self) -> int:
+        """The TCP port listened on (the chosen one when ``gateway.port`` is 0)."""
+        if self._port is None:
+            raise RuntimeError("the gateway server is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``ws://HOST:PORT``, where clients connect."""
+        return f"ws://{self._config.gateway.bind_host}:{self.port}"
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the store, record interrupted runs, and listen; return once connections are accepted."""
+        if self._state is not ServerState.NEW:
+            raise RuntimeError(f"a gateway server is started once; it is {self._state.value}")
+        self._state = ServerState.RUNNING
+        try:
+            store = SessionStore(self._data_dir / STORE_FILE, clock=self._clock)
+            await asyncio.to_thread(store.open)
+            self._store = store
+            self.interrupted_run_ids = tuple(await asyncio.to_thread(store.mark_interrupted))
+            defaults = self._config.agents.defaults
+            self._lanes = Lanes(
+                {
+                    "main": defaults.max_concurrent,
+                    "subagent": defaults.subagents.max_concurrent,
+                    "cron": self._config.cron.max_concurrent,
+                    "hook-dispatch": 1,
+                }
+            )
+            self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory)
+            app = web.Application()
+            app.router.add_get("/", self._handle)
+            app.router.add_get("/ws", self._handle)
+            self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, self._config.gateway.bind_host, self._config.gateway.port)
+            await site.start()
+            self._port = int(self._runner.addresses[0][1])
+        except BaseException:
+            # Best-effort shutdown step: release what was opened (the store's lock, the socket), then re-raise.
+            await self.stop()
+            raise
+        if self.interrupted_run_ids:
+            _log.warning("recorded %d run(s) interrupted by the previous stop", len(self.interrupted_run_ids))
+
+    async def stop(self) -> None:
+        """Abort runs in flight, close connections (1012), stop listening and close the store. Idempotent."""
+        if self._state in (ServerState.STOPPING, ServerState.STOPPED):
+            return
+        self._state = ServerState.STOPPING
+        tasks = [run.task for run in self._runs.values() if run.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        writers = []
+        for conn in list(self._connections):
+            conn.close(_CLOSE_RESTART, "service restart")
+            if conn.writer is not None:
+                writers.append(conn.writer)
+        if writers:
+            # Let each socket send its close frame before the listener goes; a peer that never answers is cut.
+            await asyncio.wait(writers, timeout=_CLOSE_TIMEOUT_S)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._agent is not None:
+            await self._agent.aclose()
+        if self._store is not None:
+            await asyncio.to_thread(self._store.close)
+        self._state = ServerState.STOPPED
+
+    # -- connections ---------------------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(max_msg_size=self._max_payload, timeout=_CLOSE_TIMEOUT_S)
+        await ws.prepare(request)
+        if self._state is not ServerState.RUNNING:
+            await ws.close(code=_CLOSE_RESTART, message=b"service restart")
+            return ws
+        conn = _Connection(ws, new_uuid(), self._max_buffered_bytes)
+        self._connections.add(conn)
+        writer = conn.writer = asyncio.create_task(conn.write_all())
+        ticker: asyncio.Task[None] | None = None
+        try:
+            conn.send(
+                event_frame(
+                    "connect.challenge",
+                    {"nonce": new_uuid(), "ts": self._now_ms(), "capabilities": []},
+                    None,
+                )
+            )
+            if await self._handshake(conn):
+                ticker = asyncio.create_task(self._tick(conn))
+                async for msg in ws:
+                    if msg.type is WSMsgType.TEXT:
+                        await self._dispatch(conn, msg.data)
+                    elif msg.type is WSMsgType.BINARY:
+                        conn.send(response_error(None, FrameError("binary")))
+                    else:
+                        break
+        finally:
+            self._connections.discard(conn)
+            if ticker is not None:
+                ticker.cancel()
+            conn.close(_CLOSE_NORMAL, "")
+            await asyncio.wait((writer,))
+        return ws
+
+    async def _handshake(self, conn: _Connection) -> bool:
+        """Read and answer ``connect``; ``True`` once the connection is authenticated, else it is closing."""
+        try:
+            async with asyncio.timeout(self._handshake_timeout_s):
+                msg = await conn.ws.receive()
+        except TimeoutError:
+            conn.close(_CLOSE_POLICY, "handshake timeout")
+            return False
+        if msg.type is not WSMsgType.TEXT:
+            conn.close(_CLOSE_POLICY, "invalid handshake")
+            return False
+        try:
+            frame = parse_request_frame(msg.data)
+        except FrameError as exc:
+            conn.send(response_error(exc.frame_id, exc))
+            conn.close(_CLOSE_POLICY, "invalid handshake")
+            return False
+        if frame.method != "connect":
+            error = ProtocolError("INVALID_REQUEST", "invalid handshake: first request must be connect")
+            conn.send(response_error(frame.id, error))
+            conn.close(_CLOSE_POLICY, "invalid handshake")
+            return False
+        try:
+            params = parse_params(ConnectParams, "connect", frame.params)
+            self._check_protocol(params)
+        except ProtocolError as exc:
+            conn.send(response_error(frame.id, exc))
+            conn.close(_CLOSE_NORMAL, "invalid connect")
+            return False
+        auth_error = self._check_auth(params)
+        if auth_error is not None:
+            conn.send(response_error(frame.id, auth_error))
+            conn.close(_CLOSE_POLICY, "unauthorized")
+            return False
+        conn.scopes = granted_scopes(params)
+        conn.connected = True
+        conn.send(response_ok(frame.id, self._hello(conn)))
+        return True
+
+    @staticmethod
+    def _check_protocol(params: ConnectParams) -> None:
+        if not params.minProtocol <= PROTOCOL_VERSION <= params.maxProtocol:
+            raise ProtocolError(
+                "INVALID_REQUEST",
+                "protocol mismatch",
+                details={
+                    "code": "PROTOCOL_MISMATCH",
+                    "clientMinProtocol": params.minProtocol,
+                    "clientMaxProtocol": params.maxProtocol,
+                    "expectedProtocol": PROTOCOL_VERSION,
+                },
+            )
+
+    def _check_auth(self, params: ConnectParams) -> ProtocolError | None:
+        auth = self._config.gateway.auth
+        offered = None
+        if params.auth is not None:
+            offered = params.auth.token if auth.mode == "token" else params.auth.password
+        kind = auth.mode
+        if not offered:
+            reason, text = f"{kind}_missing", f"unauthorized: gateway {kind} missing (set gateway.auth.{kind})"
+        elif secrets_equal(offered, auth.secret.get_secret_value()):
+            return None
+        else:
+            reason, text = f"{kind}_mismatch", f"unauthorized: gateway {kind} mismatch (use gateway.auth.{kind})"
+        return ProtocolError(
+            "INVALID_REQUEST",
+            text,
+            details={
+                "code": f"AUTH_{reason.upper()}",
+                "authReason": reason,
+                "canRetryWithDeviceToken": False,
+                "recommendedNextStep": "update_auth_credentials",
+            },
+        )
+
+    def _hello(self, conn: _Connection) -> dict[str, Any]:
+        return {
+            "type": "hello-ok",
+            "protocol": PROTOCOL_VERSION,
+            "server": {"version": __version__, "connId": conn.conn_id},
+            "features": {"methods": sorted(METHOD_SCOPES), "events": list(EVENTS)},
+            "snapshot": {
+                "sessionDefaults": {
+                    "defaultAgentId": "main",
+                    "mainKey": "main",
+                    "mainSessionKey": main_key("main"),
+                    "scope": "per-sender",
+                }
+            },
+            "auth": {"method": self._config.gateway.auth.mode, "role": "operator", "scopes": list(conn.scopes)},
+            "policy": {
+                "maxPayload": self._max_payload,
+                "maxBufferedBytes": self._max_buffered_bytes,
+                "tickIntervalMs": self._tick_interval_ms,
+            },
+        }
+
+    async def _tick(self, conn: _Connection) -> None:
+        while True:
+            await self._clock.sleep(self._tick_interval_ms / 1000)
+            conn.send_event("tick", {"ts": self._now_ms()})
+
+    async def _dispatch(self, conn: _Connection, text: str) -> None:
+        try:
+            frame = parse_request_frame(text)
+        except FrameError as exc:
+            conn.send(response_error(exc.frame_id, exc))
+            return
+        try:
+            payload = await self._call(conn, frame)
+        except ProtocolError as exc:
+            conn.send(response_error(frame.id, exc))
+        except GatewayError as exc:
+            conn.send(response_error(frame.id, _translate(exc)))
+        else:
+            conn.send(response_ok(frame.id, payload))
+
+    async def _call(self, conn: _Connection, frame: RequestFrame) -> Mapping[str, Any]:
+        method = frame.method
+        if method == "connect":
+            raise ProtocolError("INVALID_REQUEST", "connect is only valid as the first request")
+        if method not in METHOD_SCOPES:
+            raise ProtocolError("INVALID_REQUEST", f"unknown method: {method}")
+        needed = missing_scope(method, conn.scopes)
+        if needed is not None:
+            raise ProtocolError(
+                "FORBIDDEN",
+                f"missing scope: {needed}",
+                details={"code": "MISSING_SCOPE", "missingScope": needed, "requiredScopes": [needed]},
+            )
+        if method == "chat.send":
+            return await self._chat_send(conn, parse_params(ChatSendParams, method, frame.params))
+        if method == "chat.history":
+            return await self._chat_history(parse_params(ChatHistoryParams, method, frame.params))
+        if method == "chat.abort":
+            return await self._chat_abort(parse_params(ChatAbortParams, method, frame.params))
+        if method == "sessions.list":
+            return await self._sessions_list(parse_params(SessionsListParams, method, frame.params))
+        params = parse_params(SessionsSubscribeParams, method, frame.params)
+        key = _session_key(params.sessionKey)
+        if method == "sessions.messages.subscribe":
+            conn.subscriptions.add(key)
+            return {"subscribed": True, "sessionKey": key}
+        conn.subscriptions.discard(key)
+        return {"subscribed": False, "sessionKey": key}
+
+    # -- methods -------------------------------------------------------------------------------------------------
+
+    async def _chat_send(self, conn: _Connection, params: ChatSendParams) -> Mapping[str, Any]:
+        key = _session_key(params.sessionKey)
+        parsed = parse_session_key(key)
+        if parsed.agent_id is None:
+            raise ProtocolError("INVALID_REQUEST", "chat.send needs an agent session key (agent:<id>:…)")
+        try:
+            self._config.agent(parsed.agent_id)
+        except KeyError:
+            raise ProtocolError("INVALID_REQUEST", f"unknown agent: {parsed.agent_id}") from None
+        conn.subscriptions.add(key)
+        run_id = params.idempotencyKey
+        if run_id in self._runs:
+            return {"runId": run_id, "status": "in_flight"}
+        store = self._require_store()
+        existing = await asyncio.to_thread(store.find_by_idempotency_key, key, run_id)
+        if run_id in self._runs:
+            return {"runId": run_id, "status": "in_flight"}
+        if existing is not None:
+            return {"runId": run_id, "status": _finished_status(existing)}
+        # Claim the id before the next await, so a concurrent duplicate sees it in flight.
+        run = _ChatRun(run_id, key, parsed.agent_id, params.message)
+        self._runs[run_id] = run
+        created = False
+        try:
+            await asyncio.to_thread(store.get_or_create, key, agent_id=parsed.agent_id)
+            recorded, created = await asyncio.to_thread(store.start_run, run_id, key, idempotency_key=run_id)
+        finally:
+            if not created:
+                del self._runs[run_id]
+        if not created:
+            return {"runId": run_id, "status": _finished_status(recorded)}
+        run.task = asyncio.create_task(self._drive(run))
+        return {"runId": run_id, "status": "started"}
+
+    async def _chat_history(self, params: ChatHistoryParams) -> Mapping[str, Any]:
+        key = _session_key(params.sessionKey)
+        store = self._require_store()
+        session = await asyncio.to_thread(store.get, key)
+        page = await asyncio.to_thread(
+            store.history, key, limit=params.limit, offset=params.offset, max_chars=params.maxChars
+        )
+        active = [run.run_id for run in self._runs.values() if run.session_key == key]
+        result: dict[str, Any] = {
+            "sessionKey": key,
+            "sessionId": None if session is None else session.session_id,
+            "messages": [self._message_to_wire(message) for message in page.messages],
+            "hasMore": page.has_more,
+            "totalMessages": page.total,
+            "sessionInfo": {"key": key, "hasActiveRun": bool(active), "activeRunIds": active},
+        }
+        if page.has_more:
+            result["nextOffset"] = params.offset + len(page.messages)
+        return result
+
+    async def _chat_abort(self, params: ChatAbortParams) -> Mapping[str, Any]:
+        key = _session_key(params.sessionKey)
+        runs = [
+            run
+            for run in self._runs.values()
+            if run.session_key == key and (params.runId is None or run.run_id == params.runId)
+        ]
+        tasks = [run.task for run in runs if run.task is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        return {"ok": True, "aborted": bool(runs), "runIds": [run.run_id for run in runs]}
+
+    async def _sessions_list(self, params: SessionsListParams) -> Mapping[str, Any]:
+        store = self._require_store()
+        sessions = await asyncio.to_thread(store.list, agent_id=params.agentId, limit=params.limit)
+        busy = {run.session_key for run in self._runs.values()}
+        rows = [
+            {
+                "key": session.key,
+                "kind": parse_session_key(session.key).kind,
+                "agentId": session.agent_id,
+                "sessionId": session.session_id,
+                "label": session.label,
+                "createdAt": session.created_at_ms,
+                "updatedAt": session.updated_at_ms,
+                "hasActiveRun": session.key in busy,
+            }
+            for session in sessions
+        ]
+        return {"ts": self._now_ms(), "count": len(rows), "sessions": rows}
+
+    # -- runs ----------------------------------------------------------------------------------------------------
+
+    async def _drive(self, run: _ChatRun) -> None:
+        """Run one chat turn on the ``main`` lane and send its terminal ``chat`` event."""
+        agent, lanes = self._agent, self._lanes
+        assert agent is not None  # set by start()
+        assert lanes is not None
+
+        async def on_event(event: AgentEvent) -> None:
+            self._on_agent_event(run, event)
+
+        async def turn() -> TurnResult:
+            return await agent.run_turn(
+                run_id=run.run_id,
+                session_key=run.session_key,
+                agent_id=run.agent_id,
+                message=run.message,
+                on_event=on_event,
+            )
+
+        try:
+            result = await lanes.run("main", run.session_key, turn)
+        except asyncio.CancelledError:
+            # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
+            # the cancellation of a started run itself; record it too, and tell subscribers.
+            await asyncio.to_thread(self._record_aborted, run.run_id)
+            self._runs.pop(run.run_id, None)
+            self._broadcast_chat(run, {"state": "aborted", "stopReason": "aborted"})
+            raise
+        except Exception as exc:
+            if isinstance(exc, GatewayError):
+                kind, message = exc.code, exc.message
+            else:
+                _log.exception("chat run %s failed", run.run_id)
+                kind, message = "internal_error", "internal error"
+            self._runs.pop(run.run_id, None)
+            await asyncio.to_thread(self._record_failed, run.run_id, message)
+            self._broadcast_chat(run, {"state": "error", "errorMessage": message, "errorKind": kind})
+            return
+        self._runs.pop(run.run_id, None)
+        if result.status == "ok":
+            last = await asyncio.to_thread(self._last_assistant, run)
+            stop_reason = "stop" if last is None or last.stop_reason is None else last.stop_reason
+            timestamp = self._now_ms() if last is None else last.timestamp_ms
+            self._broadcast_chat(
+                run, {"state": "final", "stopReason": stop_reason, "message": _assistant(result.text, timestamp)}
+            )
+        else:
+            error = result.error
+            self._broadcast_chat(
+                run,
+                {
+                    "state": "error",
+                    "errorMessage": "" if error is None else error.message,
+                    "errorKind": "timeout" if result.status == "timeout" else "error",
+                    "errorDetail": None if error is None else error.to_dict(),
+                },
+            )
+
+    def _record_aborted(self, run_id: str) -> None:
+        store = self._require_store()
+        current = store.get_run(run_id)
+        if current is not None and current.active:
+            store.finish_run(run_id, "aborted", "the run was cancelled")
+
+    def _record_failed(self, run_id: str, message: str) -> None:
+        store = self._require_store()
+        current = store.get_run(run_id)
+        if current is not None and current.active:
+            store.finish_run(run_id, "error", message)
+
+    def _last_assistant(self, run: _ChatRun) -> Message | None:
+        page = self._require_store().history(run.session_key, limit=1)
+        for message in page.messages:
+            if message.role == "assistant" and message.run_id == run.run_id:
+                return message
+        return None
+
+    def _on_agent_event(self, run: _ChatRun, event: AgentEvent) -> None:
+        run.seq = event.seq
+        payload = {
+            "runId": event.run_id,
+            "sessionKey": event.session_key,
+            "agentId": event.agent_id,
+            "stream": event.stream,
+            "data": dict(event.data),
+            "seq": event.seq,
+            "ts": self._now_ms(),
+        }
+        for conn in self._subscribers(run.session_key):
+            conn.send_event("agent", payload)
+        if event.stream == "assistant":
+            text = str(event.data.get("text", ""))
+            run.text = text
+            self._broadcast_chat(
+                run,
+                {
+                    "state": "delta",
+                    "deltaText": str(event.data.get("delta", "")),
+                    "message": _assistant(text, self._now_ms()),
+                },
+            )
+
+    def _broadcast_chat(self, run: _ChatRun, fields: Mapping[str, Any]) -> None:
+        payload = {
+            "runId": run.run_id,
+            "sessionKey": run.session_key,
+            "agentId": run.agent_id,
+            "seq": run.seq,
+            **fields,
+        }
+        for conn in self._subscribers(run.session_key):
+            conn.send_event("chat", payload)
+
+    def _subscribers(self, session_key: str) -> list[_Connection]:
+        return [c for c in self._connections if c.connected and session_key in c.subscriptions]
+
+    # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _require_store(self) -> SessionStore:
+        if self._store is None:
+            raise ProtocolError("UNAVAILABLE", "the gateway is not running")
+        return self._store
+
+    def _now_ms(self) -> int:
+        return int(self._clock.now().timestamp() * 1000)
+
+    def _message_to_wire(self, message: Message) -> dict[str, Any]:
+        wire = message.to_wire()
+        if message.role == "assistant" and message.provider is not None:
+            provider = self._config.models.providers.get(message.provider)
+            if provider is not None:
+                wire["api"] = provider.api
+        return wire
+
+
+def _assistant(text: str, timestamp_ms: int) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": text}], "timestamp": timestamp_ms}
+
+
+def _finished_status(run: Run) -> str:
+    """The ``status`` a retried ``chat.send`` gets for a run no longer in flight: its terminal state."""
+    return "in_flight" if run.active else run.state
+
+
+def _session_key(raw: str) -> str:
+    try:
+        return str(parse_session_key(raw))
+    except SessionKeyError as exc:
+        raise ProtocolError("INVALID_REQUEST", f"invalid sessionKey: {exc.message}") from None
+
+
+def _translate(exc: GatewayError) -> ProtocolError:
+    """A gateway error as a wire error: the caller's mistakes are ``INVALID_REQUEST``, the rest ``UNAVAILABLE``."""
+    if exc.code in ("session_store_unavailable", "session_store_locked", "gateway_error"):
+        return ProtocolError("UNAVAILABLE", exc.message, details={"code": exc.code})
+    return ProtocolError("INVALID_REQUEST", exc.message, details={"code": exc.code})

@@ -1,0 +1,413 @@
+"""The ``api`` object a plugin's ``register(api)`` receives, its commands, and the plugin error tree.
+
+A :class:`PluginApi` belongs to one loaded instance of one plugin. When the instance is replaced (a reload) or
+unloaded, the api is *retired*: every method and every attribute except ``id``, ``trust``, ``code_identity`` and
+``retired`` raises :class:`PluginRetiredError`, retained references to ``api.runtime`` and
+``api.runtime.subagent`` fail the same way, and in-flight ``subagent.complete`` calls reject with it.
+
+Errors (all :class:`~clawstack.gateway.errors.GatewayError`, codes stable)::
+
+    GatewayError
+     └── PluginError                        plugin_error
+          ├── PluginManifestError           plugin_manifest_invalid   problems: tuple[ConfigProblem, ...]
+          ├── PluginLoadError               plugin_load_failed        the entry could not be imported or registered
+          ├── PluginNotFoundError           plugin_not_found
+          ├── PluginRetiredError            plugin_retired            the api belongs to a replaced instance
+          ├── CommandRegistrationError      plugin_command_invalid    name rules, reserved, duplicate, capability
+          └── SubagentError                 subagent_error
+               ├── SubagentArgumentError    subagent_invalid_argument a malformed argument (type, range)
+               ├── SubagentUnavailableError subagent_unavailable      no completion runtime is wired
+               ├── ModelOverrideRefusedError subagent_model_refused   ``model`` outside the plugin's policy
+               ├── SubagentCancelledError   subagent_cancelled        ``signal`` set while queued or running
+               ├── SubagentTimeoutError     subagent_timeout          ``timeout_ms`` passed (retryable)
+               └── SubagentModelError       subagent_model_failed     every model failed; ``model_error_code``
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal
+
+from clawstack.gateway.errors import ConfigProblem, GatewayError
+
+if TYPE_CHECKING:
+    from clawstack.gateway.plugins.complete import PluginSubagent
+
+__all__ = [
+    "COMMAND_NAME_PATTERN",
+    "RESERVED_COMMAND_NAMES",
+    "CommandContext",
+    "CommandHandler",
+    "CommandRegistrationError",
+    "CommandRegistry",
+    "ModelOverrideRefusedError",
+    "PluginApi",
+    "PluginError",
+    "PluginLifetime",
+    "PluginLoadError",
+    "PluginManifestError",
+    "PluginNotFoundError",
+    "PluginRetiredError",
+    "PluginRuntime",
+    "RegisteredCommand",
+    "SubagentArgumentError",
+    "SubagentCancelledError",
+    "SubagentError",
+    "SubagentModelError",
+    "SubagentTimeoutError",
+    "SubagentUnavailableError",
+    "Trust",
+]
+
+Trust = Literal["bundled", "trusted", "installed"]
+
+#: What a command name must match.
+COMMAND_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+#: Names the gateway's own commands use; no plugin may register them.
+RESERVED_COMMAND_NAMES: Final = frozenset(
+    {"help", "status", "stop", "new", "reset", "model", "think", "verbose", "whoami", "commands"}
+)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Errors
+
+
+class PluginError(GatewayError):
+    """Root of the plugin errors."""
+
+    code = "plugin_error"
+
+
+class PluginManifestError(PluginError):
+    """``claw.plugin.json`` is missing, not JSON, or breaks the schema; ``problems`` names each key path."""
+
+    code = "plugin_manifest_invalid"
+
+    def __init__(self, problems: Iterable[ConfigProblem]) -> None:
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        super().__init__("claw.plugin.json: " + "; ".join(str(p) for p in self.problems))
+
+
+class PluginLoadError(PluginError):
+    """The entry module could not be imported, has no ``register``, or ``register`` raised."""
+
+    code = "plugin_load_failed"
+
+
+class PluginNotFoundError(PluginError):
+    """No plugin with that id was found by the loader."""
+
+    code = "plugin_not_found"
+
+
+class PluginRetiredError(PluginError):
+    """The api belongs to a plugin instance that was reloaded or unloaded."""
+
+    code = "plugin_retired"
+
+
+class CommandRegistrationError(PluginError):
+    """A command was refused: bad name, reserved name, duplicate, or a runtime capability not granted."""
+
+    code = "plugin_command_invalid"
+
+
+class SubagentError(PluginError):
+    """Root of ``api.runtime.subagent`` errors."""
+
+    code = "subagent_error"
+
+
+class SubagentArgumentError(SubagentError):
+    """An argument of a subagent call is malformed (wrong type, empty, out of range)."""
+
+    code = "subagent_invalid_argument"
+
+
+class SubagentUnavailableError(SubagentError):
+    """This gateway has no completion runtime wired (``subagent.complete`` is not in the capabilities)."""
+
+    code = "subagent_unavailable"
+
+
+class ModelOverrideRefusedError(SubagentError):
+    """The ``model`` override is outside ``plugins.entries.<id>.subagent`` policy; it is never downgraded."""
+
+    code = "subagent_model_refused"
+
+
+class SubagentCancelledError(SubagentError):
+    """The completion was cancelled through its ``signal`` (queued work left at once, running work after cleanup)."""
+
+    code = "subagent_cancelled"
+
+
+class SubagentTimeoutError(SubagentError):
+    """The completion did not finish within ``timeout_ms`` (queueing included)."""
+
+    code = "subagent_timeout"
+    retryable = True
+
+
+class SubagentModelError(SubagentError):
+    """Every model of the chain failed; ``model_error_code`` is the last model error's own code."""
+
+    code = "subagent_model_failed"
+
+    def __init__(self, message: str, *, model_error_code: str) -> None:
+        super().__init__(message)
+        self.model_error_code = model_error_code
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Lifetime
+
+
+class PluginLifetime:
+    """Whether a plugin instance is live; retiring it fails every later use and cancels in-flight completions."""
+
+    def __init__(self, plugin_id: str) -> None:
+        self.plugin_id = plugin_id
+        self._retired = False
+        self._on_retire: list[Callable[[], None]] = []
+
+    @property
+    def retired(self) -> bool:
+        """Whether :meth:`retire` was called."""
+        return self._retired
+
+    def check(self) -> None:
+        """Raise :class:`PluginRetiredError` if retired."""
+        if self._retired:
+            raise PluginRetiredError(f"plugin {self.plugin_id!r}: this api belongs to a retired plugin instance")
+
+    def on_retire(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when retired; returns a function that unregisters it."""
+        self._on_retire.append(callback)
+
+        def remove() -> None:
+            if callback in self._on_retire:
+                self._on_retire.remove(callback)
+
+        return remove
+
+    def retire(self) -> None:
+        """Retire the instance (idempotent) and run the retirement callbacks."""
+        if self._retired:
+            return
+        self._retired = True
+        callbacks, self._on_retire = self._on_retire, []
+        for callback in callbacks:
+            callback()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Commands
+
+
+@dataclass(frozen=True, slots=True)
+class CommandContext:
+    """What a command handler receives: the text after the command name (``""`` without ``accepts_args``)."""
+
+    plugin_id: str
+    name: str
+    args: str
+    authenticated: bool
+
+
+CommandHandler = Callable[[CommandContext], Awaitable[str]]
+"""A command handler: takes one :class:`CommandContext`, returns the reply text."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredCommand:
+    """A command a plugin registered, as the gateway lists and dispatches it."""
+
+    plugin_id: str
+    name: str
+    description: str
+    handler: CommandHandler
+    require_auth: bool
+    accepts_args: bool
+    runtime_capabilities: frozenset[str]
+
+
+class CommandRegistry:
+    """The commands of every loaded plugin; a name belongs to at most one plugin."""
+
+    def __init__(self) -> None:
+        self._commands: dict[str, RegisteredCommand] = {}
+
+    def add(self, command: RegisteredCommand) -> None:
+        """Add ``command``; :class:`CommandRegistrationError` if its name is taken."""
+        owner = self._commands.get(command.name)
+        if owner is not None:
+            whose = "this plugin" if owner.plugin_id == command.plugin_id else f"plugin {owner.plugin_id!r}"
+            raise CommandRegistrationError(f"command {command.name!r} is already registered by {whose}")
+        self._commands[command.name] = command
+
+    def remove_plugin(self, plugin_id: str) -> None:
+        """Drop every command ``plugin_id`` registered."""
+        self._commands = {k: c for k, c in self._commands.items() if c.plugin_id != plugin_id}
+
+    def get(self, name: str) -> RegisteredCommand | None:
+        """The command called ``name``, if any."""
+        return self._commands.get(name)
+
+    def all(self) -> tuple[RegisteredCommand, ...]:
+        """Every registered command, by name."""
+        return tuple(self._commands[name] for name in sorted(self._commands))
+
+    def of(self, plugin_id: str) -> tuple[RegisteredCommand, ...]:
+        """The commands ``plugin_id`` registered, by name."""
+        return tuple(c for c in self.all() if c.plugin_id == plugin_id)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The api object
+
+
+class PluginRuntime:
+    """``api.runtime``: the capabilities this gateway supports and the subagent runtime."""
+
+    def __init__(self, lifetime: PluginLifetime, capabilities: frozenset[str], subagent: PluginSubagent) -> None:
+        self._lifetime = lifetime
+        self._capabilities = capabilities
+        self._subagent = subagent
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capability strings this gateway supports now, no more."""
+        self._lifetime.check()
+        return self._capabilities
+
+    @property
+    def subagent(self) -> PluginSubagent:
+        """``api.runtime.subagent``: background model work (:meth:`PluginSubagent.complete`)."""
+        self._lifetime.check()
+        return self._subagent
+
+
+class PluginApi:
+    """The object a plugin's ``register(api)`` receives; see the module docstring for retirement."""
+
+    def __init__(
+        self,
+        *,
+        plugin_id: str,
+        trust: Trust,
+        code_identity: str,
+        command_capabilities: frozenset[str],
+        commands: CommandRegistry,
+        runtime: PluginRuntime,
+        lifetime: PluginLifetime,
+    ) -> None:
+        self._id = plugin_id
+        self._trust: Trust = trust
+        self._code_identity = code_identity
+        self._command_capabilities = command_capabilities
+        self._commands = commands
+        self._runtime = runtime
+        self._lifetime = lifetime
+        self._logger = logging.getLogger(f"clawstack.plugins.{plugin_id}")
+
+    def __repr__(self) -> str:
+        state = "retired" if self._lifetime.retired else "live"
+        return f"PluginApi(id={self._id!r}, {state})"
+
+    @property
+    def id(self) -> str:
+        """The plugin's id (from its manifest)."""
+        return self._id
+
+    @property
+    def trust(self) -> Trust:
+        """The trust class from ``plugins.entries.<id>.trust``."""
+        return self._trust
+
+    @property
+    def code_identity(self) -> str:
+        """``sha256:<hex>`` over the manifest and every ``.py`` file of the plugin, captured at load."""
+        return self._code_identity
+
+    @property
+    def retired(self) -> bool:
+        """Whether this instance was replaced or unloaded."""
+        return self._lifetime.retired
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The logger ``clawstack.plugins.<id>``."""
+        self._lifetime.check()
+        return self._logger
+
+    @property
+    def runtime(self) -> PluginRuntime:
+        """``api.runtime``: capabilities and the subagent runtime."""
+        self._lifetime.check()
+        return self._runtime
+
+    @property
+    def commands(self) -> tuple[RegisteredCommand, ...]:
+        """The commands this plugin instance registered, by name."""
+        self._lifetime.check()
+        return self._commands.of(self._id)
+
+    def register_command(
+        self,
+        name: str,
+        handler: CommandHandler,
+        *,
+        description: str,
+        require_auth: bool = True,
+        accepts_args: bool = False,
+        runtime_capabilities: Iterable[str] = (),
+    ) -> RegisteredCommand:
+        """Register the slash command ``name``; raise :class:`CommandRegistrationError` if refused.
+
+        ``name`` must match :data:`COMMAND_NAME_PATTERN` and not be in :data:`RESERVED_COMMAND_NAMES` or taken by
+        any plugin. ``runtime_capabilities`` must be declared in the manifest's
+        ``contracts.commandRuntimeCapabilities`` and supported by this gateway (``api.runtime.capabilities``).
+        """
+        self._lifetime.check()
+        if not isinstance(name, str) or not COMMAND_NAME_PATTERN.fullmatch(name):
+            raise CommandRegistrationError(
+                f"command name {name!r} is not valid: a lower-case letter, then up to 31 lower-case letters,"
+                " digits, '_' or '-'"
+            )
+        if name in RESERVED_COMMAND_NAMES:
+            raise CommandRegistrationError(f"command name {name!r} is reserved by the gateway")
+        if not callable(handler):
+            raise CommandRegistrationError(f"command {name!r}: the handler must be callable")
+        if not isinstance(description, str) or not description.strip():
+            raise CommandRegistrationError(f"command {name!r}: a non-empty description is required")
+        if isinstance(runtime_capabilities, str):
+            raise CommandRegistrationError(f"command {name!r}: runtime_capabilities must be a list of strings")
+        wanted = frozenset(runtime_capabilities)
+        undeclared = wanted - self._command_capabilities
+        if undeclared:
+            raise CommandRegistrationError(
+                f"command {name!r}: runtime capabilities {sorted(undeclared)} are not declared in the manifest's"
+                " contracts.commandRuntimeCapabilities"
+            )
+        unsupported = wanted - self._runtime.capabilities
+        if unsupported:
+            raise CommandRegistrationError(
+                f"command {name!r}: runtime capabilities {sorted(unsupported)} are not supported by this gateway"
+            )
+        command = RegisteredCommand(
+            plugin_id=self._id,
+            name=name,
+            description=description,
+            handler=handler,
+            require_auth=bool(require_auth),
+            accepts_args=bool(accepts_args),
+            runtime_capabilities=wanted,
+        )
+        self._commands.add(command)
+        return command

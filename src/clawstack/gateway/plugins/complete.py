@@ -1,0 +1,249 @@
+"""``api.runtime.subagent.complete``: tool-free isolated inference for plugins.
+
+A completion has no session and no transcript: the model gets the agent's instructions (plus an optional extra
+system prompt) as the system message and the plugin's text as the one user message, and no tools. The model is
+the agent's chain (primary, then fallbacks, as in :class:`~clawstack.gateway.agent.AgentLoop`) unless the plugin
+asks for ``model``, which is allowed only when ``plugins.entries.<id>.subagent.allowModelOverride`` is true and
+the canonical ``provider/model`` is in ``allowedModels`` (or that list holds ``"*"``); anything else is refused
+with :class:`~clawstack.gateway.plugins.api.ModelOverrideRefusedError`, never silently replaced.
+
+Scheduling: every completion of every plugin runs on the ``subagent`` lane of one shared
+:class:`~clawstack.gateway.lanes.Lanes` (limit ``agents.defaults.subagents.maxConcurrent``), without a session.
+Cancelling the caller, setting ``signal``, the ``timeout_ms`` deadline (which counts queueing) or retiring the
+plugin instance stops the work: queued work leaves the queue at once, running work keeps its slot until its
+cleanup has finished and the call then rejects (:class:`SubagentCancelledError`, :class:`SubagentTimeoutError`,
+:class:`PluginRetiredError`; the caller's own cancellation propagates as such). A result that arrives after any of
+these is discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from clawstack.gateway.agent import AgentLoop, _Turn, _TurnFailed
+from clawstack.gateway.config import GatewayConfig, PluginSubagentPolicy, split_model_ref
+from clawstack.gateway.lanes import Lanes
+from clawstack.gateway.plugins.api import (
+    ModelOverrideRefusedError,
+    PluginError,
+    PluginLifetime,
+    PluginRetiredError,
+    SubagentArgumentError,
+    SubagentCancelledError,
+    SubagentModelError,
+    SubagentTimeoutError,
+    SubagentUnavailableError,
+)
+
+__all__ = [
+    "DEFAULT_COMPLETE_TIMEOUT_MS",
+    "SUBAGENT_COMPLETE",
+    "CompleteResult",
+    "CompletionUsage",
+    "PluginSubagent",
+    "SubagentCompleter",
+]
+
+#: The capability string advertised when completions are wired.
+SUBAGENT_COMPLETE: Final = "subagent.complete"
+
+#: ``timeout_ms`` when the caller gives none.
+DEFAULT_COMPLETE_TIMEOUT_MS: Final = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionUsage:
+    """Token counts the model reported."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteResult:
+    """The answer of a completion: its text, the canonical ``provider/model`` that gave it, and usage if known."""
+
+    text: str
+    model: str
+    usage: CompletionUsage | None
+
+
+class SubagentCompleter:
+    """Runs completions for every plugin of one gateway on one shared ``subagent`` lane.
+
+    Model clients, the agent lookup and the model-chain fallback are the ``loop``'s, so completions reach the
+    same providers with the same clients as agent turns. ``lanes`` defaults to a new :class:`Lanes` whose
+    ``subagent`` limit is ``agents.defaults.subagents.maxConcurrent``; a gateway passes its own.
+    """
+
+    def __init__(self, config: GatewayConfig, loop: AgentLoop, *, lanes: Lanes | None = None) -> None:
+        self._config = config
+        self._loop = loop
+        self.lanes = lanes or Lanes({"subagent": config.agents.defaults.subagents.max_concurrent})
+
+    def model_chain(self, plugin_id: str, agent_id: str, model: str | None) -> tuple[str, ...]:
+        """The models a completion of ``plugin_id`` for ``agent_id`` tries, after the model policy check."""
+        self._loop._agent(agent_id)  # UnknownAgentError for an unknown agent
+        if model is None:
+            return self._loop._model_chain(agent_id, None)
+        entry = self._config.plugins.entries.get(plugin_id)
+        policy = entry.subagent if entry is not None else PluginSubagentPolicy()
+        where = f"plugins.entries.{plugin_id}.subagent"
+        if not policy.allow_model_override:
+            raise ModelOverrideRefusedError(
+                f"plugin {plugin_id!r} may not choose a model ({where}.allowModelOverride is not true)"
+            )
+        try:
+            split_model_ref(model)
+        except ValueError:
+            raise ModelOverrideRefusedError(
+                f"model override {json.dumps(model)} is not a canonical provider/model reference"
+            ) from None
+        if "*" not in policy.allowed_models and model not in policy.allowed_models:
+            raise ModelOverrideRefusedError(f"model {json.dumps(model)} is not in {where}.allowedModels")
+        return self._loop._model_chain(agent_id, model)  # UnknownModelError if no provider serves it
+
+    async def complete(
+        self,
+        plugin_id: str,
+        lifetime: PluginLifetime,
+        agent_id: str,
+        message: str,
+        *,
+        extra_system_prompt: str | None,
+        model: str | None,
+        timeout_ms: int,
+        signal: asyncio.Event | None,
+    ) -> CompleteResult:
+        """Run one completion for ``plugin_id`` (see the module docstring); ``lifetime`` is the instance's."""
+        chain = self.model_chain(plugin_id, agent_id, model)
+        instructions = self._loop._agent(agent_id).instructions
+        system = "\n\n".join(part for part in (instructions, extra_system_prompt) if part)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": message})
+        if signal is not None and signal.is_set():
+            raise SubagentCancelledError("the completion was cancelled before it was queued")
+
+        running = asyncio.get_running_loop()
+        inner = running.create_task(self.lanes.run("subagent", None, lambda: self._infer(agent_id, chain, messages)))
+        stopped: list[PluginError] = []
+
+        def stop(error: PluginError) -> None:
+            if not stopped:
+                stopped.append(error)
+            inner.cancel()
+
+        remove_retire = lifetime.on_retire(
+            lambda: stop(PluginRetiredError(f"plugin {plugin_id!r} was retired during the completion"))
+        )
+        timer = running.call_later(
+            timeout_ms / 1000, stop, SubagentTimeoutError(f"the completion took longer than {timeout_ms} ms")
+        )
+        watcher: asyncio.Task[object] | None = None
+        if signal is not None:
+            watcher = running.create_task(signal.wait())
+            watcher.add_done_callback(
+                lambda done: None if done.cancelled() else stop(SubagentCancelledError("the completion was cancelled"))
+            )
+        try:
+            await asyncio.wait((inner,))
+        finally:
+            timer.cancel()
+            remove_retire()
+            if watcher is not None:
+                watcher.cancel()
+            if not inner.done():
+                # Best-effort shutdown step on the caller's cancellation: take queued work out of the queue now
+                # and let running work finish its cleanup before the cancellation goes on.
+                inner.cancel()
+                await asyncio.wait((inner,))
+        if stopped:
+            if not inner.cancelled():
+                inner.exception()  # the late outcome is discarded
+            raise stopped[0]
+        if inner.cancelled():
+            raise SubagentCancelledError("the completion was cancelled")
+        return inner.result()
+
+    async def _infer(self, agent_id: str, chain: tuple[str, ...], messages: list[dict[str, Any]]) -> CompleteResult:
+        turn = _Turn(
+            loop=self._loop,
+            run_id="",
+            session_key="",
+            agent_id=agent_id,
+            chain=chain,
+            system_prompt=None,
+            tool_names=[],
+            on_event=None,
+            _messages=messages,
+        )
+        try:
+            completion, provider_id, model_id = await turn._complete([], 1)
+        except _TurnFailed as failed:
+            raise SubagentModelError(failed.error.message, model_error_code=failed.error.code) from None
+        usage = completion.usage
+        return CompleteResult(
+            text=completion.content or "",
+            model=f"{provider_id}/{model_id}",
+            usage=None
+            if usage is None
+            else CompletionUsage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+        )
+
+
+class PluginSubagent:
+    """``api.runtime.subagent`` for one plugin instance."""
+
+    def __init__(self, plugin_id: str, lifetime: PluginLifetime, completer: SubagentCompleter | None) -> None:
+        self._plugin_id = plugin_id
+        self._lifetime = lifetime
+        self._completer = completer
+
+    async def complete(
+        self,
+        agent_id: str,
+        message: str,
+        *,
+        extra_system_prompt: str | None = None,
+        model: str | None = None,
+        timeout_ms: int = DEFAULT_COMPLETE_TIMEOUT_MS,
+        signal: asyncio.Event | None = None,
+    ) -> CompleteResult:
+        """Tool-free isolated inference by ``agent_id``'s model on ``message``; see the module docstring.
+
+        Raises :class:`ModelOverrideRefusedError`, :class:`SubagentCancelledError`, :class:`SubagentTimeoutError`,
+        :class:`SubagentModelError`, :class:`PluginRetiredError`, :class:`SubagentArgumentError`, and the agent
+        loop's ``agent_not_found`` / ``model_not_found`` errors.
+        """
+        self._lifetime.check()
+        if self._completer is None:
+            raise SubagentUnavailableError("this gateway runs no subagent completions")
+        _check_text("agent_id", agent_id)
+        _check_text("message", message)
+        if extra_system_prompt is not None and not isinstance(extra_system_prompt, str):
+            raise SubagentArgumentError("extra_system_prompt must be a string")
+        if model is not None and not isinstance(model, str):
+            raise SubagentArgumentError("model must be a string")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1:
+            raise SubagentArgumentError("timeout_ms must be a whole number of milliseconds, at least 1")
+        if signal is not None and not isinstance(signal, asyncio.Event):
+            raise SubagentArgumentError("signal must be an asyncio.Event")
+        return await self._completer.complete(
+            self._plugin_id,
+            self._lifetime,
+            agent_id,
+            message,
+            extra_system_prompt=extra_system_prompt,
+            model=model,
+            timeout_ms=timeout_ms,
+            signal=signal,
+        )
+
+
+def _check_text(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise SubagentArgumentError(f"{name} must be a non-empty string")

@@ -1,0 +1,391 @@
+"""Finding, validating and loading plugins: ``claw.plugin.json`` plus a Python entry module.
+
+A plugin is a directory holding ``claw.plugin.json``::
+
+    {"id": "hello", "version": "1.0.0", "entry": "plugin.py",
+     "contracts": {"subagentProfiles": [], "commandRuntimeCapabilities": ["subagent.complete"]}}
+
+:class:`PluginLoader` looks in ``plugins.load.paths`` and its own ``search_paths``; each path is a plugin
+directory or a directory of plugin directories. For every plugin found it validates the manifest (unknown keys
+refused, precise key paths), skips it when ``plugins.entries.<id>.enabled`` is false, captures its source and
+computes its **code identity** (:func:`code_identity`), executes the captured entry source as a module of its own
+(a fresh module name per load), and calls ``register(api)`` once. A plugin whose manifest is invalid, whose entry
+cannot be imported, or whose ``register`` raises is reported ``failed`` with the error's code and message, and
+contributes no commands; the other plugins load. :meth:`PluginLoader.reload` retires the old instance's api
+(see :mod:`clawstack.gateway.plugins.api`) and loads a new instance with a new api.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import sys
+import types
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Final, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic.alias_generators import to_camel
+
+from clawstack.gateway.config import GatewayConfig, PluginEntry, PluginId, _problems_from_pydantic
+from clawstack.gateway.errors import ConfigProblem
+from clawstack.gateway.plugins.api import (
+    CommandRegistry,
+    PluginApi,
+    PluginError,
+    PluginLifetime,
+    PluginLoadError,
+    PluginManifestError,
+    PluginNotFoundError,
+    PluginRuntime,
+    Trust,
+)
+from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, PluginSubagent, SubagentCompleter
+
+__all__ = [
+    "MANIFEST_NAME",
+    "LoadedPlugin",
+    "PluginContracts",
+    "PluginLoader",
+    "PluginManifest",
+    "PluginState",
+    "code_identity",
+    "read_manifest",
+]
+
+#: The manifest's file name inside a plugin directory.
+MANIFEST_NAME: Final = "claw.plugin.json"
+
+#: The largest manifest accepted, in bytes.
+_MANIFEST_MAX_BYTES: Final = 64 * 1024
+
+PluginState = Literal["loaded", "failed", "disabled"]
+
+
+def _check_version(value: str) -> str:
+    if not value or len(value) > 64 or not all(c.isalnum() or c in ".+-" for c in value):
+        raise ValueError("must be 1-64 letters, digits, '.', '+' or '-'")
+    return value
+
+
+def _check_entry(value: str) -> str:
+    path = PurePosixPath(value)
+    if not value.endswith(".py") or path.is_absolute() or ".." in path.parts or "\\" in value or value.startswith("~"):
+        raise ValueError('must be a relative path to a ".py" file inside the plugin directory')
+    return value
+
+
+def _check_profile(value: str) -> str:
+    if not (
+        0 < len(value) <= 64
+        and value[0].isascii()
+        and value[0].islower()
+        and all(c.isascii() and (c.islower() or c.isdigit() or c in "_-") for c in value)
+    ):
+        raise ValueError("must be a lower-case letter, then lower-case letters, digits, '_' or '-' (at most 64)")
+    return value
+
+
+def _check_capability(value: str) -> str:
+    if not value or len(value) > 64 or any(c.isspace() for c in value):
+        raise ValueError("must be a non-empty capability name without whitespace")
+    return value
+
+
+def _unique(values: tuple[str, ...]) -> tuple[str, ...]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not repeat an entry")
+    return values
+
+
+class _Manifest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=False, hide_input_in_errors=True
+    )
+
+
+class PluginContracts(_Manifest):
+    """``contracts``: what the plugin declares it will use."""
+
+    subagent_profiles: Annotated[
+        tuple[Annotated[StrictStr, AfterValidator(_check_profile)], ...], AfterValidator(_unique)
+    ] = ()
+    command_runtime_capabilities: Annotated[
+        tuple[Annotated[StrictStr, AfterValidator(_check_capability)], ...], AfterValidator(_unique)
+    ] = ()
+
+
+class PluginManifest(_Manifest):
+    """``claw.plugin.json``, validated."""
+
+    id: PluginId
+    version: Annotated[StrictStr, AfterValidator(_check_version)]
+    entry: Annotated[StrictStr, Field(min_length=1), AfterValidator(_check_entry)]
+    contracts: PluginContracts = PluginContracts()
+
+
+def read_manifest(directory: Path) -> tuple[PluginManifest, bytes]:
+    """Read and validate ``directory/claw.plugin.json``; return it and its exact bytes.
+
+    Raises :class:`PluginManifestError` naming the key path of every problem; the entry file must exist inside
+    ``directory``.
+    """
+    path = directory / MANIFEST_NAME
+    try:
+        with path.open("rb") as file:
+            data = file.read(_MANIFEST_MAX_BYTES + 1)
+    except OSError as exc:
+        raise PluginManifestError([ConfigProblem("", f"cannot read: {exc.strerror or type(exc).__name__}")]) from None
+    if len(data) > _MANIFEST_MAX_BYTES:
+        raise PluginManifestError([ConfigProblem("", f"larger than {_MANIFEST_MAX_BYTES} bytes")])
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PluginManifestError([ConfigProblem("", "not valid UTF-8")]) from None
+    except json.JSONDecodeError as exc:
+        problem = ConfigProblem("", f"not valid JSON (line {exc.lineno}, column {exc.colno})")
+        raise PluginManifestError([problem]) from None
+    if not isinstance(document, dict):
+        raise PluginManifestError([ConfigProblem("", "must be a JSON object")])
+    problems: list[ConfigProblem] = []
+    try:
+        manifest = PluginManifest.model_validate(document)
+    except ValidationError as exc:
+        problems = _problems_from_pydantic(exc.errors(include_url=False, include_input=False))
+    if problems:
+        raise PluginManifestError(problems)
+    entry = (directory / manifest.entry).resolve()
+    if not entry.is_relative_to(directory.resolve()):
+        raise PluginManifestError([ConfigProblem("entry", "resolves outside the plugin directory")])
+    if not entry.is_file():
+        raise PluginManifestError([ConfigProblem("entry", "no such file in the plugin directory")])
+    return manifest, data
+
+
+def code_identity(directory: Path, manifest_bytes: bytes) -> tuple[str, dict[str, bytes]]:
+    """``"sha256:<hex>"`` over the manifest bytes and every ``.py`` file under ``directory``, and those files.
+
+    Files are taken in order of their relative POSIX path; each contributes its path and its bytes, every part
+    length-prefixed so that no two different trees give the same input. Returns the identity and the captured
+    sources by relative path.
+    """
+    digest = hashlib.sha256()
+
+    def part(data: bytes) -> None:
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+
+    part(manifest_bytes)
+    sources: dict[str, bytes] = {}
+    files = sorted(
+        (p.relative_to(directory).as_posix(), p) for p in directory.rglob("*.py") if p.is_file() and not p.is_symlink()
+    )
+    for relative, path in files:
+        data = path.read_bytes()
+        sources[relative] = data
+        part(relative.encode("utf-8"))
+        part(data)
+    return "sha256:" + digest.hexdigest(), sources
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPlugin:
+    """One plugin as the loader found it: ``loaded`` (with its ``api``), ``failed`` (with ``error``) or ``disabled``.
+
+    ``error`` is ``{"code", "message"}``; ``id`` is the manifest's id, or the directory name when the manifest
+    could not be read.
+    """
+
+    id: str
+    path: Path
+    state: PluginState
+    version: str | None = None
+    trust: Trust = "installed"
+    code_identity: str | None = None
+    error: dict[str, str] | None = None
+    api: PluginApi | None = None
+
+
+@dataclass(slots=True)
+class _Instance:
+    record: LoadedPlugin
+    lifetime: PluginLifetime | None
+    module_name: str | None
+
+
+class PluginLoader:
+    """Loads the plugins of one gateway; see the module docstring.
+
+    ``completer`` runs ``api.runtime.subagent.complete`` for every plugin (one shared lane); without it the
+    capability is not advertised and calls raise ``subagent_unavailable``. ``commands`` defaults to a new
+    :class:`CommandRegistry`.
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        search_paths: Sequence[str | Path] = (),
+        completer: SubagentCompleter | None = None,
+        commands: CommandRegistry | None = None,
+    ) -> None:
+        self._config = config
+        self._search_paths = (*config.plugins.load.paths, *(Path(p) for p in search_paths))
+        self._completer = completer
+        self.commands = commands or CommandRegistry()
+        self.capabilities: frozenset[str] = frozenset({SUBAGENT_COMPLETE}) if completer is not None else frozenset()
+        self._instances: dict[str, _Instance] = {}
+
+    @property
+    def plugins(self) -> tuple[LoadedPlugin, ...]:
+        """Every plugin found by the last :meth:`load` (and later reloads), by id."""
+        return tuple(self._instances[k].record for k in sorted(self._instances))
+
+    def get(self, plugin_id: str) -> LoadedPlugin:
+        """The current record of ``plugin_id``; :class:`PluginNotFoundError` if there is none."""
+        instance = self._instances.get(plugin_id)
+        if instance is None:
+            raise PluginNotFoundError(f"no plugin {plugin_id!r} was found")
+        return instance.record
+
+    def discover(self) -> list[Path]:
+        """The plugin directories on the search paths, in search-path order, then by name."""
+        found: list[Path] = []
+        for root in self._search_paths:
+            if (root / MANIFEST_NAME).is_file():
+                found.append(root)
+            elif root.is_dir():
+                found.extend(sorted(p for p in root.iterdir() if (p / MANIFEST_NAME).is_file()))
+        return found
+
+    def load(self) -> tuple[LoadedPlugin, ...]:
+        """Retire what is loaded, then find and load every plugin; returns :attr:`plugins`."""
+        self.retire_all()
+        self._instances.clear()
+        for directory in self.discover():
+            self._load_directory(directory)
+        return self.plugins
+
+    def reload(self, plugin_id: str) -> LoadedPlugin:
+        """Retire ``plugin_id``'s current instance and load a new one from the same directory."""
+        old = self._instances.get(plugin_id)
+        if old is None:
+            raise PluginNotFoundError(f"no plugin {plugin_id!r} was found")
+        self._retire(old)
+        del self._instances[plugin_id]
+        return self._load_directory(old.record.path)
+
+    def retire_all(self) -> None:
+        """Retire every loaded instance (idempotent): their apis fail and their commands are dropped."""
+        for instance in self._instances.values():
+            self._retire(instance)
+
+    def _retire(self, instance: _Instance) -> None:
+        if instance.lifetime is not None:
+            instance.lifetime.retire()
+            self.commands.remove_plugin(instance.record.id)
+        if instance.module_name is not None:
+            sys.modules.pop(instance.module_name, None)
+
+    def _load_directory(self, directory: Path) -> LoadedPlugin:
+        try:
+            manifest, manifest_bytes = read_manifest(directory)
+        except PluginManifestError as exc:
+            return self._record(_Instance(_failed(directory.name, directory, exc), None, None))
+        if manifest.id in self._instances:
+            duplicate = PluginLoadError(
+                f"plugin id {manifest.id!r} is already taken by {self._instances[manifest.id].record.path}"
+            )
+            failed = _failed(manifest.id, directory, duplicate, version=manifest.version)
+            # The first plugin with this id keeps it; the duplicate is reported in the log only.
+            _log_failure(failed)
+            return failed
+        entry = self._config.plugins.entries.get(manifest.id) or PluginEntry()
+        base = LoadedPlugin(
+            id=manifest.id, path=directory, state="disabled", version=manifest.version, trust=entry.trust
+        )
+        if not entry.enabled:
+            return self._record(_Instance(base, None, None))
+        identity, sources = code_identity(directory, manifest_bytes)
+        lifetime = PluginLifetime(manifest.id)
+        runtime = PluginRuntime(lifetime, self.capabilities, PluginSubagent(manifest.id, lifetime, self._completer))
+        api = PluginApi(
+            plugin_id=manifest.id,
+            trust=entry.trust,
+            code_identity=identity,
+            command_capabilities=frozenset(manifest.contracts.command_runtime_capabilities),
+            commands=self.commands,
+            runtime=runtime,
+            lifetime=lifetime,
+        )
+        module_name = f"clawstack_plugin_{manifest.id.replace('.', '_').replace('-', '_')}_{uuid.uuid4().hex}"
+        record = LoadedPlugin(
+            id=manifest.id,
+            path=directory,
+            state="loaded",
+            version=manifest.version,
+            trust=entry.trust,
+            code_identity=identity,
+            api=api,
+        )
+        try:
+            self._execute(directory, manifest.entry, sources, module_name, api)
+        except PluginError as exc:
+            lifetime.retire()
+            self.commands.remove_plugin(manifest.id)
+            sys.modules.pop(module_name, None)
+            failed = _failed(manifest.id, directory, exc, version=manifest.version, trust=entry.trust)
+            return self._record(_Instance(replace(failed, code_identity=identity), None, None))
+        return self._record(_Instance(record, lifetime, module_name))
+
+    @staticmethod
+    def _execute(directory: Path, entry: str, sources: dict[str, bytes], module_name: str, api: PluginApi) -> None:
+        entry_key = PurePosixPath(entry).as_posix().removeprefix("./")
+        source = sources.get(entry_key)
+        if source is None:
+            raise PluginLoadError(f"entry {entry!r} is not a regular .py file of the plugin")
+        path = directory / entry
+        module = types.ModuleType(module_name)
+        module.__file__ = str(path)
+        sys.modules[module_name] = module
+        try:
+            exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - loading the plugin is the point
+        except Exception as exc:
+            raise PluginLoadError(f"importing {entry} failed: {type(exc).__name__}: {exc}") from exc
+        register = getattr(module, "register", None)
+        if not callable(register):
+            raise PluginLoadError(f"{entry} defines no register(api) function")
+        try:
+            result = register(api)
+        except PluginError as exc:
+            raise PluginLoadError(f"register(api) failed: [{exc.code}] {exc.message}", code=exc.code) from exc
+        except Exception as exc:
+            raise PluginLoadError(f"register(api) raised {type(exc).__name__}: {exc}") from exc
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise PluginLoadError("register(api) must be a plain function, not a coroutine function")
+
+    def _record(self, instance: _Instance) -> LoadedPlugin:
+        self._instances[instance.record.id] = instance
+        if instance.record.state == "failed":
+            _log_failure(instance.record)
+        return instance.record
+
+
+def _failed(
+    plugin_id: str, directory: Path, exc: PluginError, *, version: str | None = None, trust: Trust = "installed"
+) -> LoadedPlugin:
+    return LoadedPlugin(id=plugin_id, path=directory, state="failed", version=version, trust=trust, error=exc.to_dict())
+
+
+def _log_failure(record: LoadedPlugin) -> None:
+    error = record.error or {}
+    logging.getLogger("clawstack.plugins").warning(
+        "plugin %s (%s) failed to load: [%s] %s", record.id, record.path, error.get("code"), error.get("message")
+    )

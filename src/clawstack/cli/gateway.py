@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -13,6 +15,8 @@ from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.server import GatewayServer
 
 __all__ = ["READY_PREFIX", "gateway"]
+
+_log = logging.getLogger("clawstack.gateway")
 
 READY_PREFIX = "gateway listening on "
 """The readiness line on stdout is this prefix followed by ``ws://HOST:PORT``."""
@@ -37,18 +41,26 @@ def gateway() -> None:
     help="Where sessions, transcripts and runs are kept (default: a 'gateway-data' directory beside the config).",
 )
 @click.option(
+    "--plugins",
+    "plugin_paths",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A plugin directory, or a directory of plugin directories, to load besides plugins.load.paths (repeatable).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
     help="Logging on stderr (never message content or secrets).",
 )
-def serve(config_path: Path, data_dir: Path | None, log_level: str) -> None:
+def serve(config_path: Path, data_dir: Path | None, plugin_paths: tuple[Path, ...], log_level: str) -> None:
     """Serve the gateway in the foreground until SIGTERM or SIGINT.
 
     Once listening it prints one line on stdout, 'gateway listening on ws://HOST:PORT', where HOST:PORT come from
     gateway.bind and gateway.port (port 0 picks a free port, which the line shows). Runs a previous process left
-    in flight are recorded as interrupted at start-up.
+    in flight are recorded as interrupted at start-up. Plugins that fail to load are logged on stderr with their
+    error code; the gateway still starts.
     """
     try:
         config = load_config(config_path)
@@ -56,11 +68,11 @@ def serve(config_path: Path, data_dir: Path | None, log_level: str) -> None:
         raise click.ClickException(exc.message) from exc
     configure_logging(log_level)
     directory = data_dir if data_dir is not None else config_path.resolve().parent / "gateway-data"
-    asyncio.run(_serve(config, directory))
+    asyncio.run(_serve(config, directory, plugin_paths))
 
 
-async def _serve(config: GatewayConfig, data_dir: Path) -> None:
-    server = GatewayServer(config, data_dir=data_dir)
+async def _serve(config: GatewayConfig, data_dir: Path, plugin_paths: Sequence[Path] = ()) -> None:
+    server = GatewayServer(config, data_dir=data_dir, plugin_paths=plugin_paths)
 
     async def start() -> str:
         try:
@@ -69,6 +81,12 @@ async def _serve(config: GatewayConfig, data_dir: Path) -> None:
             raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from exc
         except GatewayError as exc:
             raise click.ClickException(exc.message) from exc
+        for plugin in server.plugins:
+            if plugin.state == "failed":
+                error = plugin.error or {}
+                _log.error(
+                    "plugin %s failed: [%s] %s", plugin.id, error.get("code", "plugin_error"), error.get("message", "")
+                )
         return f"{READY_PREFIX}{server.url}"
 
     await serve_until_signal(start, server.stop, name="clawstack.gateway")

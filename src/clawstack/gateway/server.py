@@ -13,6 +13,12 @@ Chat runs: ``chat.send`` records the run (its id is the idempotency key) before 
 the turn on the ``main`` lane, one run per session at a time. Its events go to every connection subscribed to the
 session. ``chat.abort`` cancels the run's task and answers once the run is recorded ``aborted`` and the
 ``aborted`` event is sent. :meth:`GatewayServer.stop` aborts runs in flight, then closes connections with 1012.
+
+Plugins: :meth:`GatewayServer.start` loads the plugins on ``plugins.load.paths`` and ``plugin_paths`` with one
+:class:`~clawstack.gateway.plugins.SubagentCompleter` on the server's lanes (a plugin that fails to load is
+reported in :attr:`GatewayServer.plugins`; the gateway still starts), and :meth:`GatewayServer.stop` retires them.
+A ``chat.send`` whose message is ``/<name> [args]`` naming a registered plugin command runs that command instead
+of an agent turn, under the same run contract; an unknown ``/<name>`` is an ordinary agent turn.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import asyncio
 import enum
 import json
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +44,13 @@ from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.lanes import Lanes
+from clawstack.gateway.plugins import (
+    CommandContext,
+    LoadedPlugin,
+    PluginLoader,
+    RegisteredCommand,
+    SubagentCompleter,
+)
 from clawstack.gateway.protocol import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_PAYLOAD,
@@ -61,7 +75,7 @@ from clawstack.gateway.protocol import (
     response_error,
     response_ok,
 )
-from clawstack.gateway.sessions import Message, Run, SessionStore
+from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
@@ -80,6 +94,9 @@ _CLOSE_RESTART: Final = 1012
 _CLOSE_TIMEOUT_S: Final = 2.0
 
 _log = logging.getLogger(__name__)
+
+#: A channel text command: ``/<name>``, then optionally whitespace and the arguments (the rest of the message).
+_COMMAND_RE: Final = re.compile(r"/(?P<name>[^\s/]+)(?:\s+(?P<args>.*))?", re.DOTALL)
 
 
 class ServerState(enum.Enum):
@@ -166,6 +183,8 @@ class _ChatRun:
     task: asyncio.Task[None] | None = None
     seq: int = 0
     text: str = ""
+    command: RegisteredCommand | None = None
+    command_args: str = ""
 
 
 class GatewayServer:
@@ -173,8 +192,8 @@ class GatewayServer:
 
     ``clock`` drives ``tick`` events and timestamps; ``llm_factory`` makes the model clients (tests pass one for a
     fake provider); ``registry`` holds the tools agents may call. ``tick_interval_ms``, ``handshake_timeout_s``,
-    ``max_payload`` and ``max_buffered_bytes`` are the connection policy. Use it as an async context manager, or
-    call :meth:`start` and :meth:`stop`.
+    ``max_payload`` and ``max_buffered_bytes`` are the connection policy. ``plugin_paths`` are searched for plugins
+    besides ``plugins.load.paths``. Use it as an async context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(
@@ -189,6 +208,7 @@ class GatewayServer:
         handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        plugin_paths: Sequence[Path] = (),
     ) -> None:
         if tick_interval_ms < 1 or handshake_timeout_s <= 0 or max_payload < 1 or max_buffered_bytes < 1:
             raise ValueError("tick interval, handshake timeout and size limits must be positive")
@@ -201,6 +221,8 @@ class GatewayServer:
         self._handshake_timeout_s = handshake_timeout_s
         self._max_payload = max_payload
         self._max_buffered_bytes = max_buffered_bytes
+        self._plugin_paths = tuple(Path(p) for p in plugin_paths)
+        self._plugins: PluginLoader | None = None
         self._state = ServerState.NEW
         self._store: SessionStore | None = None
         self._agent: AgentLoop | None = None
@@ -216,6 +238,11 @@ class GatewayServer:
     def state(self) -> ServerState:
         """Where the server is in its lifecycle."""
         return self._state
+
+    @property
+    def plugins(self) -> tuple[LoadedPlugin, ...]:
+        """Every plugin found at start (``loaded``, ``failed`` with its error, or ``disabled``), by id."""
+        return () if self._plugins is None else self._plugins.plugins
 
     @property
     def port(self) -> int:
@@ -258,6 +285,9 @@ class GatewayServer:
                 }
             )
             self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory)
+            completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)
+            self._plugins = PluginLoader(self._config, search_paths=self._plugin_paths, completer=completer)
+            self._plugins.load()
             app = web.Application()
             app.router.add_get("/", self._handle)
             app.router.add_get("/ws", self._handle)
@@ -293,6 +323,8 @@ class GatewayServer:
             await asyncio.wait(writers, timeout=_CLOSE_TIMEOUT_S)
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._plugins is not None:
+            self._plugins.retire_all()
         if self._agent is not None:
             await self._agent.aclose()
         if self._store is not None:
@@ -494,6 +526,7 @@ class GatewayServer:
             self._config.agent(parsed.agent_id)
         except KeyError:
             raise ProtocolError("INVALID_REQUEST", f"unknown agent: {parsed.agent_id}") from None
+        command, command_args = self._find_command(params.message, authenticated=conn.connected)
         conn.subscriptions.add(key)
         run_id = params.idempotencyKey
         if run_id in self._runs:
@@ -505,7 +538,7 @@ class GatewayServer:
         if existing is not None:
             return {"runId": run_id, "status": _finished_status(existing)}
         # Claim the id before the next await, so a concurrent duplicate sees it in flight.
-        run = _ChatRun(run_id, key, parsed.agent_id, params.message)
+        run = _ChatRun(run_id, key, parsed.agent_id, params.message, command=command, command_args=command_args)
         self._runs[run_id] = run
         created = False
         try:
@@ -518,6 +551,35 @@ class GatewayServer:
             return {"runId": run_id, "status": _finished_status(recorded)}
         run.task = asyncio.create_task(self._drive(run))
         return {"runId": run_id, "status": "started"}
+
+    def _find_command(self, message: str, *, authenticated: bool) -> tuple[RegisteredCommand | None, str]:
+        """The plugin command ``message`` invokes and its arguments, or ``(None, "")`` for an agent turn.
+
+        Refuses (``INVALID_REQUEST``) arguments to a command without ``accepts_args`` and a ``require_auth``
+        command from an unauthenticated connection.
+        """
+        if self._plugins is None:
+            return None, ""
+        match = _COMMAND_RE.fullmatch(message.strip())
+        if match is None:
+            return None, ""
+        command = self._plugins.commands.get(match["name"])
+        if command is None:
+            return None, ""
+        args = (match["args"] or "").strip()
+        if args and not command.accepts_args:
+            raise ProtocolError(
+                "INVALID_REQUEST",
+                f"command /{command.name} takes no arguments",
+                details={"code": "COMMAND_NO_ARGS", "command": command.name},
+            )
+        if command.require_auth and not authenticated:
+            raise ProtocolError(
+                "FORBIDDEN",
+                f"command /{command.name} needs an authenticated sender",
+                details={"code": "COMMAND_AUTH_REQUIRED", "command": command.name},
+            )
+        return command, args
 
     async def _chat_history(self, params: ChatHistoryParams) -> Mapping[str, Any]:
         key = _session_key(params.sessionKey)
@@ -584,6 +646,8 @@ class GatewayServer:
             self._on_agent_event(run, event)
 
         async def turn() -> TurnResult:
+            if run.command is not None:
+                return await self._run_command(run, run.command)
             return await agent.run_turn(
                 run_id=run.run_id,
                 session_key=run.session_key,
@@ -630,6 +694,36 @@ class GatewayServer:
                     "errorDetail": None if error is None else error.to_dict(),
                 },
             )
+
+    async def _run_command(self, run: _ChatRun, command: RegisteredCommand) -> TurnResult:
+        """Run a plugin command as the chat run: record the user message, the reply and the run's end.
+
+        A handler error is recorded as the run's ``error`` and re-raised, which :meth:`_drive` sends as an ``error``
+        chat event; cancellation propagates (the caller records ``aborted``).
+        """
+        store = self._require_store()
+        await asyncio.to_thread(store.mark_running, run.run_id)
+        user = NewMessage("user", run.message, run_id=run.run_id, idempotency_key=f"{run.run_id}:user")
+        await asyncio.to_thread(store.append, run.session_key, user)
+        context = CommandContext(command.plugin_id, command.name, run.command_args, authenticated=True)
+        try:
+            reply = await command.handler(context)
+        except Exception as exc:
+            if isinstance(exc, GatewayError):
+                message = f"command /{command.name} failed: [{exc.code}] {exc.message}"
+            else:
+                _log.warning("command /%s of plugin %s raised %s", command.name, command.plugin_id, type(exc).__name__)
+                message = f"command /{command.name} failed: {type(exc).__name__}"
+            await asyncio.to_thread(self._record_failed, run.run_id, message)
+            raise GatewayError(message, code="plugin_command_failed") from exc
+        text = str(reply)
+        content = [{"type": "text", "text": text}]
+        assistant = NewMessage(
+            "assistant", content, run_id=run.run_id, idempotency_key=f"{run.run_id}:assistant:1", stop_reason="stop"
+        )
+        await asyncio.to_thread(store.append, run.session_key, assistant)
+        await asyncio.to_thread(store.finish_run, run.run_id, "ok")
+        return TurnResult("ok", text, None)
 
     def _record_aborted(self, run_id: str) -> None:
         store = self._require_store()

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from clawstack.cli._serving import configure_logging, serve_until_signal
+from clawstack.cli._serving import configure_logging
+from clawstack.cli.proxy import run_proxy
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.errors import PodError
 from clawstack.pod.up import compile_only, down, up
 from clawstack.proxy.config import load_config
 from clawstack.proxy.errors import ProxyError
-from clawstack.proxy.server import ProxyServer
 from clawstack.runs.ledger import count_unfinished
 from clawstack.runs.teardown import cancel_unfinished, finish_after_proxy_stopped
 
@@ -53,6 +53,7 @@ POD_OPTION = click.option(
     show_default=True,
     help="The pod directory (holding claw-pod.yml).",
 )
+"""``--pod DIR``, shared by every command that works on a pod."""
 
 
 @click.command(name="up")
@@ -86,21 +87,12 @@ def up_command(pod_dir: Path, detach: bool, check: bool) -> None:
     if result.compiled.spec.backend == "compose":
         click.echo("compose project written; run claw up -d to start it")
         return
-    _serve_proxy(PodPaths(pod_dir.resolve()))
-
-
-def _serve_proxy(paths: PodPaths) -> None:
     configure_logging("info")
     try:
-        server = ProxyServer(load_config(paths.proxy_config))
+        config = load_config(PodPaths(pod_dir.resolve()).proxy_config)
     except ProxyError as exc:
         raise click.ClickException(exc.message) from exc
-
-    async def start() -> str:
-        await server.start()
-        return f"proxy listening: worker=unix:{paths.worker_socket} operator=unix:{paths.operator_socket}"
-
-    asyncio.run(serve_until_signal(start, server.stop, name="clawstack.proxy"))
+    run_proxy(config)
 
 
 @click.command(name="down")

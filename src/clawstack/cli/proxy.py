@@ -50,8 +50,12 @@ def serve(config_path: Path, log_level: str) -> None:
     Once listening it prints one line on stdout: 'proxy listening: worker=URL operator=ADDRESS'. The operator
     token is read from the variable named by operator_token_env (default CLAW_PROXY_OPERATOR_TOKEN).
     """
-    config = _load(config_path)
     configure_logging(log_level)
+    run_proxy(_load(config_path))
+
+
+def run_proxy(config: ProxyConfig) -> None:
+    """Serve ``config``'s proxy in the foreground; print the readiness line; stop on SIGTERM or SIGINT."""
     try:
         server = ProxyServer(config)
     except ProxyError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from clawstack.cli._serving import configure_logging, serve_until_signal
+from clawstack.cli.pod import POD_OPTION
 from clawstack.common.clock import SystemClock
 from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir
@@ -21,14 +22,6 @@ from clawstack.runs.errors import RunsError
 from clawstack.runs.server import RunsServer, parse_timeout
 from clawstack.runs.supervisor import Supervisor
 
-POD_OPTION = click.option(
-    "--pod",
-    "pod_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="The pod directory.",
-)
 SOCKET_OPTION = click.option(
     "--socket-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -19,12 +19,16 @@ the transcript and no event is sent after it. A message still half-streamed is n
 
 Events (:class:`AgentEvent`, OpenClaw's ``agent`` event streams):
 
+* ``run_status``: ``{"phase": "preparing_context"}`` first, ``{"phase": "starting_model"}`` once the transcript is
+  loaded (the gateway repeats these as ``status`` chat events).
 * ``lifecycle``: ``{"phase": "start"}``; ``{"phase": "model", "provider", "model", "round"}`` before each model
   call (fallbacks included); ``{"phase": "finishing"}`` once the final answer is in; ``{"phase": "end", "status",
-  "terminalReply"}`` (plus ``"error": {code, message}`` unless ``ok``) after the run is recorded.
+  "terminalReply": {"disposition", "text"}}`` (``disposition`` is ``visible`` for an ``ok`` run, else ``error``;
+  plus ``"error": {code, message}`` unless ``ok``) after the run is recorded.
 * ``assistant``: ``{"text": <the message so far>, "delta": <the new piece>}`` per streamed piece of text.
 * ``tool``: ``{"phase": "start", "name", "toolCallId", "args"}`` and ``{"phase": "result", "name",
   "toolCallId", "isError", "result"}``.
+* ``usage``: ``{"outputTokens"}`` after each model call whose answer reported usage.
 
 Transcript shapes: the user message is its text (idempotency key ``"<run_id>:user"``); an assistant message is a
 list of ``{"type": "text", "text"}`` and ``{"type": "toolCall", "id", "name", "arguments"}`` blocks; a tool
@@ -60,12 +64,14 @@ from clawstack.llm import ChatCompletion, LLMClient, LLMError, ToolCall
 
 __all__ = [
     "MAX_TOOL_ROUNDS",
+    "MINIMAL_PROMPT",
     "AgentEvent",
     "AgentLoop",
     "AgentLoopError",
     "EventHandler",
     "EventStream",
     "LLMFactory",
+    "PromptMode",
     "TurnError",
     "TurnResult",
     "TurnStatus",
@@ -81,7 +87,19 @@ MAX_TOOL_ROUNDS: Final = 16
 TurnStatus = Literal["ok", "error", "timeout"]
 """How :meth:`AgentLoop.run_turn` ends when it returns (a cancelled turn raises instead, recorded ``aborted``)."""
 
-EventStream = Literal["assistant", "tool", "lifecycle"]
+EventStream = Literal["run_status", "lifecycle", "assistant", "tool", "usage"]
+
+PromptMode = Literal["full", "minimal"]
+"""``full``: the agent's instructions and the whole transcript; ``minimal``: the bounded subagent prompt."""
+
+#: The system prompt's preamble in ``prompt_mode="minimal"``.
+MINIMAL_PROMPT: Final = (
+    "You are a subagent doing one delegated task in the background. Work only on the task in the user message, "
+    "use only the tools you are given, and end with one final answer that reports the result."
+)
+
+#: How much of the agent's instructions ``prompt_mode="minimal"`` keeps.
+MINIMAL_INSTRUCTIONS_CHARS: Final = 4000
 
 _STOP_REASONS: Final[Mapping[str, str]] = {"stop": "stop", "tool_calls": "toolUse", "length": "length"}
 
@@ -265,15 +283,29 @@ class AgentLoop:
         await self.aclose()
 
     def effective_tools(
-        self, agent_id: str, *, tools_allow: Sequence[str] | None = None, disable_tools: bool = False
+        self,
+        agent_id: str,
+        *,
+        tools_allow: Sequence[str] | None = None,
+        also_allow: Sequence[str] = (),
+        disable_tools: bool = False,
     ) -> list[str]:
-        """The registered tools ``agent_id`` may call: the global policy, narrowed by the agent's and the run's."""
+        """The registered tools ``agent_id`` may call: the global policy, narrowed by the agent's and the run's.
+
+        The candidates are the gateway's own tools plus the plugin tools named in ``also_allow`` (a plugin tool is
+        never on a surface unless a run asks for it); every policy layer then narrows them, denies and explicit
+        allow-lists included. ``disable_tools`` gives the exact empty surface.
+        """
         if disable_tools:
             return []
+        extra = frozenset(also_allow)
+        candidates = [
+            name for name in self._registry.names() if name in extra or self._registry.owner(name) is None
+        ]
         layers = [ToolPolicy.from_config(self._agent(agent_id).tools)]
         if tools_allow is not None:
             layers.append(ToolPolicy(tools_allow))
-        return ToolPolicy.from_config(self._config.tools).effective(self._registry.names(), *layers)
+        return ToolPolicy.from_config(self._config.tools).effective(candidates, *layers)
 
     def _agent(self, agent_id: str) -> AgentEntry:
         try:
@@ -309,25 +341,41 @@ class AgentLoop:
         extra_system_prompt: str | None = None,
         model: str | None = None,
         tools_allow: Sequence[str] | None = None,
+        also_allow: Sequence[str] = (),
         disable_tools: bool = False,
+        prompt_mode: PromptMode = "full",
         timeout_s: float | None = None,
         on_event: EventHandler | None = None,
     ) -> TurnResult:
         """Run one turn of ``agent_id`` on ``session_key`` for the user ``message``; see the module docstring.
 
         ``model`` (``provider/model``) replaces the agent's model chain; ``tools_allow`` narrows the effective
-        tools further; ``disable_tools`` sends none. ``timeout_s`` defaults to ``agents.defaults.timeoutSeconds``.
+        tools further, ``also_allow`` adds plugin tools to the candidates (see :meth:`effective_tools`);
+        ``disable_tools`` sends none. ``prompt_mode="minimal"`` sends the bounded subagent prompt (see
+        :data:`MINIMAL_PROMPT`) and only this run's messages instead of the whole transcript. ``timeout_s``
+        defaults to ``agents.defaults.timeoutSeconds``.
         The run ``run_id`` is recorded on the session (created for ``agent_id`` if needed); it may already be
         recorded as ``accepted``, never further along.
         """
         agent = self._agent(agent_id)
         chain = self._model_chain(agent_id, model)
-        tool_names = self.effective_tools(agent_id, tools_allow=tools_allow, disable_tools=disable_tools)
+        tool_names = self.effective_tools(
+            agent_id, tools_allow=tools_allow, also_allow=also_allow, disable_tools=disable_tools
+        )
         if timeout_s is None:
             timeout_s = float(self._config.agents.defaults.timeout_seconds)
         elif not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ValueError("timeout_s must be a positive number of seconds")
-        system_parts = [part for part in (agent.instructions, extra_system_prompt) if part]
+        if prompt_mode not in ("full", "minimal"):
+            raise ValueError('prompt_mode must be "full" or "minimal"')
+        if prompt_mode == "minimal":
+            instructions = agent.instructions or ""
+            if len(instructions) > MINIMAL_INSTRUCTIONS_CHARS:
+                instructions = instructions[:MINIMAL_INSTRUCTIONS_CHARS] + "\n[instructions truncated]"
+            system_parts = [MINIMAL_PROMPT, instructions, extra_system_prompt or ""]
+        else:
+            system_parts = [agent.instructions or "", extra_system_prompt or ""]
+        system_parts = [part for part in system_parts if part]
 
         store = self._store
         await asyncio.to_thread(store.get_or_create, session_key, agent_id=agent_id)
@@ -345,6 +393,7 @@ class AgentLoop:
             system_prompt="\n\n".join(system_parts) or None,
             tool_names=tool_names,
             on_event=on_event,
+            this_run_only=prompt_mode == "minimal",
         )
         scope = asyncio.timeout(timeout_s)
         try:
@@ -368,7 +417,12 @@ class AgentLoop:
             raise
         error = result.error
         await asyncio.to_thread(store.finish_run, run_id, result.status, None if error is None else error.message)
-        end: dict[str, Any] = {"phase": "end", "status": result.status, "terminalReply": result.text}
+        disposition = "visible" if result.status == "ok" else "error"
+        end: dict[str, Any] = {
+            "phase": "end",
+            "status": result.status,
+            "terminalReply": {"disposition": disposition, "text": result.text},
+        }
         if error is not None:
             end["error"] = error.to_dict()
         await turn.emit("lifecycle", end)
@@ -387,6 +441,7 @@ class _Turn:
     system_prompt: str | None
     tool_names: list[str]
     on_event: EventHandler | None
+    this_run_only: bool = False
     last_text: str = ""
     _seq: int = 0
     _model_index: int = 0
@@ -402,16 +457,22 @@ class _Turn:
         await asyncio.to_thread(self.loop._store.append, self.session_key, message)
 
     async def run(self, user_text: str) -> TurnResult:
+        await self.emit("run_status", {"phase": "preparing_context"})
         await self.emit("lifecycle", {"phase": "start"})
         await self._append(NewMessage("user", user_text, run_id=self.run_id, idempotency_key=f"{self.run_id}:user"))
         history = await asyncio.to_thread(_load_transcript, self.loop._store, self.session_key)
+        if self.this_run_only:
+            history = [message for message in history if message.run_id == self.run_id]
         if self.system_prompt is not None:
             self._messages.append({"role": "system", "content": self.system_prompt})
         self._messages.extend(transcript_to_messages(history))
         tools = self.loop._registry.openai_tools(self.tool_names)
         allowed = frozenset(self.tool_names)
+        await self.emit("run_status", {"phase": "starting_model"})
         for round_no in range(1, MAX_TOOL_ROUNDS + 1):
             completion, provider_id, model_id = await self._complete(tools, round_no)
+            if completion.usage is not None:
+                await self.emit("usage", {"outputTokens": completion.usage.completion_tokens})
             text = completion.content or ""
             self.last_text = text
             await self._append_assistant(completion, provider_id, model_id, round_no)

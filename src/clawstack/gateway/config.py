@@ -759,6 +759,8 @@ def _cross_checks(config: GatewayConfig) -> list[ConfigProblem]:
 
     if config.hooks.enabled and config.hooks.token is None:
         add(["hooks", "token"], "required when hooks.enabled is true")
+    if config.hooks.enabled and config.cron.max_concurrent < 2:
+        add(["cron", "maxConcurrent"], "must be at least 2 when hooks.enabled is true (one slot is kept for HTTP hooks)")
     auth = config.gateway.auth
     other = "password" if auth.mode == "token" else "token"
     if getattr(auth, auth.mode) is None:

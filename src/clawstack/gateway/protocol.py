@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from clawstack.gateway.errors import GatewayError
 
@@ -50,6 +50,7 @@ __all__ = [
     "ConnectParams",
     "ErrorCode",
     "FrameError",
+    "HookAgentParams",
     "ParamsError",
     "ProtocolError",
     "RequestFrame",
@@ -93,7 +94,7 @@ METHOD_SCOPES: Final[Mapping[str, str]] = {
 }
 
 #: The events a connection may receive.
-EVENTS: Final[tuple[str, ...]] = ("connect.challenge", "chat", "agent", "tick")
+EVENTS: Final[tuple[str, ...]] = ("connect.challenge", "chat", "chat.metadata.changed", "agent", "tick")
 
 
 class ProtocolError(GatewayError):
@@ -276,6 +277,18 @@ class ChatAbortParams(_Params):
 
     sessionKey: NonEmpty
     runId: NonEmpty | None = None
+
+
+class HookAgentParams(_Params):
+    """The body of ``POST <hooks.path>/agent`` (the HTTP hooks endpoint, not a WebSocket method)."""
+
+    message: NonEmpty
+    name: NonEmpty | None = None
+    agentId: NonEmpty | None = None
+    sessionKey: NonEmpty | None = None
+    deliver: StrictBool = True
+    timeoutSeconds: Annotated[StrictInt, Field(ge=1, le=3600)] | None = None
+    idempotencyKey: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None = None
 
 
 class SessionsListParams(_Params):

@@ -24,12 +24,13 @@ of an agent turn, under the same run contract; an unknown ``/<name>`` is an ordi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -41,16 +42,30 @@ from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentEvent, AgentLoop, LLMFactory, TurnResult, default_llm_factory
 from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.dispatch import (
+    GATEWAY_OPERATOR,
+    ChannelOutbox,
+    Requester,
+    RunRequest,
+    SessionOwnerError,
+    StartedRun,
+    StartStatus,
+    TurnOptions,
+    wrap_external_content,
+)
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins import (
     CommandContext,
+    HookDispatcher,
     LoadedPlugin,
     PluginLoader,
     RegisteredCommand,
     SubagentCompleter,
+    SubagentRunner,
 )
+from clawstack.gateway.plugins.loader import process_build_info
 from clawstack.gateway.protocol import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_PAYLOAD,
@@ -63,6 +78,7 @@ from clawstack.gateway.protocol import (
     ChatSendParams,
     ConnectParams,
     FrameError,
+    HookAgentParams,
     ProtocolError,
     RequestFrame,
     SessionsListParams,
@@ -79,6 +95,9 @@ from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
+
+#: The largest body ``POST <hooks.path>/agent`` accepts.
+_HOOK_MAX_BODY: Final = 256 * 1024
 
 #: How long a new connection has to send ``connect`` before it is closed (1008).
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
@@ -174,17 +193,34 @@ class _Connection:
 
 @dataclass(eq=False)
 class _ChatRun:
-    """A chat run in flight: its task, the session it belongs to, and the last ``seq`` of its events."""
+    """A run in flight: its request, task, the last ``seq`` of its events, and who waits for its end.
+
+    ``requester`` is set for runs that came in on a channel (Gateway chat, a channel adapter): their text may be a
+    plugin command, and dispatch hooks see them. Background runs (``subagent.run``, hook turns) have none.
+    """
 
     run_id: str
-    session_key: str
-    agent_id: str
-    message: str
+    request: RunRequest
+    requester: Requester | None = None
     task: asyncio.Task[None] | None = None
     seq: int = 0
     text: str = ""
     command: RegisteredCommand | None = None
     command_args: str = ""
+    started: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def session_key(self) -> str:
+        return self.request.session_key
+
+    @property
+    def agent_id(self) -> str:
+        return self.request.agent_id
+
+    @property
+    def message(self) -> str:
+        return self.request.message
 
 
 class GatewayServer:
@@ -231,6 +267,7 @@ class GatewayServer:
         self._port: int | None = None
         self._connections: set[_Connection] = set()
         self._runs: dict[str, _ChatRun] = {}
+        self._channels: dict[str, ChannelOutbox] = {}
         self.interrupted_run_ids: tuple[str, ...] = ()
         """The runs a previous process left in flight, recorded ``interrupted`` by :meth:`start`."""
 
@@ -282,15 +319,27 @@ class GatewayServer:
                     "subagent": defaults.subagents.max_concurrent,
                     "cron": self._config.cron.max_concurrent,
                     "hook-dispatch": 1,
-                }
+                },
+                # HTTP hook work keeps one slot of the cron budget that plugin hook turns share.
+                reserve_one={"cron"} if self._config.hooks.enabled else frozenset(),
             )
             self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory)
             completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)
-            self._plugins = PluginLoader(self._config, search_paths=self._plugin_paths, completer=completer)
+            self._plugins = PluginLoader(
+                self._config,
+                search_paths=self._plugin_paths,
+                completer=completer,
+                runner=SubagentRunner(self._config, store, self, self._registry, completer),
+                hook_dispatcher=HookDispatcher(self._config, self),
+                tools=self._registry,
+                build=process_build_info(),
+            )
             self._plugins.load()
             app = web.Application()
             app.router.add_get("/", self._handle)
             app.router.add_get("/ws", self._handle)
+            if self._config.hooks.enabled:
+                app.router.add_post(f"{self._config.hooks.path}/agent", self._hook_agent)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self._config.gateway.bind_host, self._config.gateway.port)
@@ -528,29 +577,90 @@ class GatewayServer:
             raise ProtocolError("INVALID_REQUEST", f"unknown agent: {parsed.agent_id}") from None
         command, command_args = self._find_command(params.message, authenticated=conn.connected)
         conn.subscriptions.add(key)
-        run_id = params.idempotencyKey
-        if run_id in self._runs:
-            return {"runId": run_id, "status": "in_flight"}
+        request = RunRequest(key, parsed.agent_id, params.message, "main", idempotency_key=params.idempotencyKey)
+        requester = Requester(
+            key, parsed.agent_id, "gateway", authenticated=True, operator=GATEWAY_OPERATOR, scopes=conn.scopes
+        )
+        started = await self._start(request, requester=requester, command=command, command_args=command_args)
+        return {"runId": started.run_id, "status": started.status}
+
+    async def start_run(self, request: RunRequest) -> StartedRun:
+        """Record and start a background run (:class:`~clawstack.gateway.dispatch.RunHost`)."""
+        parse_session_key(request.session_key)  # SessionKeyError before anything is recorded
+        self._config.agent(request.agent_id)  # KeyError for an unknown agent
+        return await self._start(request)
+
+    async def _start(
+        self,
+        request: RunRequest,
+        *,
+        requester: Requester | None = None,
+        command: RegisteredCommand | None = None,
+        command_args: str = "",
+    ) -> StartedRun:
+        """Record the run and start its task; a replayed idempotency key answers with the first run instead.
+
+        A chat run's id is its idempotency key (as on OpenClaw); other runs get a new id.
+        """
+        if self._state is not ServerState.RUNNING:
+            raise ProtocolError("UNAVAILABLE", "the gateway is not running")
+        key = str(parse_session_key(request.session_key))
+        request = replace(request, session_key=key)
+        idem = request.idempotency_key
+        run_id = idem if requester is not None and idem is not None else new_uuid()
+        in_flight = self._in_flight(key, idem, run_id)
+        if in_flight is not None:
+            return StartedRun(in_flight.run_id, key, "in_flight")
         store = self._require_store()
-        existing = await asyncio.to_thread(store.find_by_idempotency_key, key, run_id)
-        if run_id in self._runs:
-            return {"runId": run_id, "status": "in_flight"}
-        if existing is not None:
-            return {"runId": run_id, "status": _finished_status(existing)}
+        if idem is not None:
+            existing = await asyncio.to_thread(store.find_by_idempotency_key, key, idem)
+            in_flight = self._in_flight(key, idem, run_id)
+            if in_flight is not None:
+                return StartedRun(in_flight.run_id, key, "in_flight")
+            if existing is not None:
+                return StartedRun(existing.run_id, key, _finished_status(existing))
         # Claim the id before the next await, so a concurrent duplicate sees it in flight.
-        run = _ChatRun(run_id, key, parsed.agent_id, params.message, command=command, command_args=command_args)
+        run = _ChatRun(run_id, request, requester, command=command, command_args=command_args)
         self._runs[run_id] = run
         created = False
         try:
-            await asyncio.to_thread(store.get_or_create, key, agent_id=parsed.agent_id)
-            recorded, created = await asyncio.to_thread(store.start_run, run_id, key, idempotency_key=run_id)
+            session = await asyncio.to_thread(store.get_or_create, key, agent_id=request.agent_id, owner=request.owner)
+            if request.owner is not None and session.owner != request.owner:
+                raise SessionOwnerError("the session belongs to someone else")
+            recorded, created = await asyncio.to_thread(store.start_run, run_id, key, idempotency_key=idem)
         finally:
             if not created:
                 del self._runs[run_id]
+                run.done.set()
         if not created:
-            return {"runId": run_id, "status": _finished_status(recorded)}
+            return StartedRun(recorded.run_id, key, _finished_status(recorded))
         run.task = asyncio.create_task(self._drive(run))
-        return {"runId": run_id, "status": "started"}
+        return StartedRun(run_id, key, "started")
+
+    def _in_flight(self, session_key: str, idempotency_key: str | None, run_id: str) -> _ChatRun | None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            return run
+        if idempotency_key is None:
+            return None
+        for run in self._runs.values():
+            if run.session_key == session_key and run.request.idempotency_key == idempotency_key:
+                return run
+        return None
+
+    async def wait_run(self, run_id: str, timeout_s: float) -> Run | None:
+        """Wait up to ``timeout_s`` for the run to end and return its record (:class:`RunHost`)."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await run.done.wait()
+        return await asyncio.to_thread(self._require_store().get_run, run_id)
+
+    def is_queued(self, run_id: str) -> bool:
+        """Whether the run is in flight and still waiting for its session or a lane slot (:class:`RunHost`)."""
+        run = self._runs.get(run_id)
+        return run is not None and not run.started
 
     def _find_command(self, message: str, *, authenticated: bool) -> tuple[RegisteredCommand | None, str]:
         """The plugin command ``message`` invokes and its arguments, or ``(None, "")`` for an agent turn.
@@ -634,30 +744,95 @@ class GatewayServer:
         ]
         return {"ts": self._now_ms(), "count": len(rows), "sessions": rows}
 
+    # -- HTTP hooks ----------------------------------------------------------------------------------------------
+
+    async def _hook_agent(self, request: web.Request) -> web.Response:
+        """``POST <hooks.path>/agent``: an external trigger's agent turn on the reserved ``cron`` slot.
+
+        Body: ``{message, name?, agentId? = "main", sessionKey? (hook:…), deliver? = true, timeoutSeconds?,
+        idempotencyKey?}``; ``Authorization: Bearer <hooks.token>``. Answers 202 ``{ok: true, runId}``; 401 for a
+        missing or wrong token, 400 ``{ok: false, error}`` for a bad body, 413 past 256 KiB.
+        """
+        token = self._config.hooks.token
+        offered = request.headers.get("Authorization", "")
+        scheme, _, value = offered.partition(" ")
+        if token is None or scheme.lower() != "bearer" or not secrets_equal(value.strip(), token.get_secret_value()):
+            return web.json_response({"ok": False, "error": "unauthorized"}, status=401)
+        if request.content_length is not None and request.content_length > _HOOK_MAX_BODY:
+            return web.json_response({"ok": False, "error": "body too large"}, status=413)
+        raw = await request.content.read(_HOOK_MAX_BODY + 1)
+        if len(raw) > _HOOK_MAX_BODY:
+            return web.json_response({"ok": False, "error": "body too large"}, status=413)
+        try:
+            body = parse_params(HookAgentParams, "hooks.agent", json.loads(raw))
+            session_key = body.sessionKey or f"hook:http:{new_uuid()}"
+            if not session_key.startswith("hook:"):
+                raise ProtocolError("INVALID_REQUEST", "sessionKey must begin with hook:")
+            agent_id = body.agentId or "main"
+            started = await self.start_run(
+                RunRequest(
+                    session_key=session_key,
+                    agent_id=agent_id,
+                    message=wrap_external_content(body.message, source="webhook", name=body.name),
+                    lane="cron",
+                    options=TurnOptions(timeout_s=body.timeoutSeconds),
+                    idempotency_key=body.idempotencyKey,
+                    announce_to=Requester(main_key(agent_id), agent_id, "gateway", authenticated=False),
+                    deliver=body.deliver,
+                    reserved=True,
+                    label=body.name,
+                )
+            )
+        except (ValueError, ProtocolError, GatewayError, KeyError) as exc:
+            message = exc.message if isinstance(exc, GatewayError | ProtocolError) else "invalid request body"
+            return web.json_response({"ok": False, "error": message}, status=400)
+        return web.json_response({"ok": True, "runId": started.run_id}, status=202)
+
     # -- runs ----------------------------------------------------------------------------------------------------
 
     async def _drive(self, run: _ChatRun) -> None:
-        """Run one chat turn on the ``main`` lane and send its terminal ``chat`` event."""
+        """Run the run's turn on its lane; once it has ended, drop it from the runs in flight and wake waiters."""
+        try:
+            await self._drive_turn(run)
+        finally:
+            self._runs.pop(run.run_id, None)
+            run.done.set()
+
+    async def _drive_turn(self, run: _ChatRun) -> None:
+        """Run one turn on the run's lane and send its terminal ``chat`` event."""
         agent, lanes = self._agent, self._lanes
         assert agent is not None  # set by start()
         assert lanes is not None
+        request = run.request
+        options = request.options
 
         async def on_event(event: AgentEvent) -> None:
             self._on_agent_event(run, event)
 
         async def turn() -> TurnResult:
+            run.started = True
             if run.command is not None:
                 return await self._run_command(run, run.command)
+            if run.requester is not None and self._plugins is not None and self._plugins.hooks.has_dispatch_hooks():
+                claimed = await self._dispatch_hooks(run, run.requester)
+                if claimed is not None:
+                    return claimed
             return await agent.run_turn(
                 run_id=run.run_id,
                 session_key=run.session_key,
                 agent_id=run.agent_id,
                 message=run.message,
+                extra_system_prompt=options.extra_system_prompt,
+                model=options.model,
+                also_allow=options.also_allow,
+                disable_tools=options.disable_tools,
+                prompt_mode=options.prompt_mode,
+                timeout_s=options.timeout_s,
                 on_event=on_event,
             )
 
         try:
-            result = await lanes.run("main", run.session_key, turn)
+            result = await lanes.run(request.lane, run.session_key, turn, reserved=request.reserved)
         except asyncio.CancelledError:
             # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
             # the cancellation of a started run itself; record it too, and tell subscribers.
@@ -673,7 +848,15 @@ class GatewayServer:
                 kind, message = "internal_error", "internal error"
             self._runs.pop(run.run_id, None)
             await asyncio.to_thread(self._record_failed, run.run_id, message)
-            self._broadcast_chat(run, {"state": "error", "errorMessage": message, "errorKind": kind})
+            self._broadcast_chat(
+                run,
+                {
+                    "state": "error",
+                    "errorMessage": message,
+                    "errorKind": kind,
+                    "errorDetail": {"code": kind, "message": message},
+                },
+            )
             return
         self._runs.pop(run.run_id, None)
         if result.status == "ok":
@@ -683,6 +866,8 @@ class GatewayServer:
             self._broadcast_chat(
                 run, {"state": "final", "stopReason": stop_reason, "message": _assistant(result.text, timestamp)}
             )
+            if request.announce_to is not None and request.deliver:
+                await self._announce(request.announce_to, run, result.text)
         else:
             error = result.error
             self._broadcast_chat(
@@ -703,8 +888,7 @@ class GatewayServer:
         """
         store = self._require_store()
         await asyncio.to_thread(store.mark_running, run.run_id)
-        user = NewMessage("user", run.message, run_id=run.run_id, idempotency_key=f"{run.run_id}:user")
-        await asyncio.to_thread(store.append, run.session_key, user)
+        await self._append_user(run)
         context = CommandContext(command.plugin_id, command.name, run.command_args, authenticated=True)
         try:
             reply = await command.handler(context)
@@ -716,7 +900,25 @@ class GatewayServer:
                 message = f"command /{command.name} failed: {type(exc).__name__}"
             await asyncio.to_thread(self._record_failed, run.run_id, message)
             raise GatewayError(message, code="plugin_command_failed") from exc
-        text = str(reply)
+        return await self._record_reply(run, str(reply))
+
+    async def _dispatch_hooks(self, run: _ChatRun, requester: Requester) -> TurnResult | None:
+        """Offer the message to the plugins' dispatch hooks; a claim is recorded as the run's reply."""
+        assert self._plugins is not None
+        claimed = await self._plugins.hooks.dispatch(requester, run.message)
+        if claimed is None:
+            return None
+        await asyncio.to_thread(self._require_store().mark_running, run.run_id)
+        await self._append_user(run)
+        return await self._record_reply(run, claimed[1])
+
+    async def _append_user(self, run: _ChatRun) -> None:
+        user = NewMessage("user", run.message, run_id=run.run_id, idempotency_key=f"{run.run_id}:user")
+        await asyncio.to_thread(self._require_store().append, run.session_key, user)
+
+    async def _record_reply(self, run: _ChatRun, text: str) -> TurnResult:
+        """Record ``text`` as the run's one assistant message and the run as ``ok``."""
+        store = self._require_store()
         content = [{"type": "text", "text": text}]
         assistant = NewMessage(
             "assistant", content, run_id=run.run_id, idempotency_key=f"{run.run_id}:assistant:1", stop_reason="stop"
@@ -724,6 +926,37 @@ class GatewayServer:
         await asyncio.to_thread(store.append, run.session_key, assistant)
         await asyncio.to_thread(store.finish_run, run.run_id, "ok")
         return TurnResult("ok", text, None)
+
+    async def _announce(self, to: Requester, run: _ChatRun, text: str) -> None:
+        """Deliver a background run's final answer on the requester's session (the announce path).
+
+        The answer is appended to the requester session's transcript (once per run: its idempotency key is
+        ``<run_id>:announce``) and sent as a ``chat`` ``final`` event with run id ``<run_id>:announce`` to the
+        session's subscribers; a channel requester also gets it on its channel.
+        """
+        store = self._require_store()
+        label = run.request.label or run.session_key
+        body = f"[{label}] {text}" if text else f"[{label}] (no answer)"
+        message = NewMessage(
+            "assistant",
+            [{"type": "text", "text": body}],
+            run_id=f"{run.run_id}:announce",
+            idempotency_key=f"{run.run_id}:announce",
+            stop_reason="stop",
+        )
+        try:
+            await asyncio.to_thread(store.get_or_create, to.session_key, agent_id=to.agent_id)
+            stored = await asyncio.to_thread(store.append, to.session_key, message)
+        except GatewayError as exc:
+            _log.warning("announcing run %s on %s failed: [%s] %s", run.run_id, to.session_key, exc.code, exc.message)
+            return
+        announce = _ChatRun(f"{run.run_id}:announce", RunRequest(to.session_key, to.agent_id, "", "main"))
+        self._broadcast_chat(
+            announce, {"state": "final", "stopReason": "stop", "message": _assistant(body, stored.timestamp_ms)}
+        )
+        channel = self._channels.get(to.channel)
+        if channel is not None:
+            await channel.deliver(to, body)
 
     def _record_aborted(self, run_id: str) -> None:
         store = self._require_store()
@@ -755,7 +988,15 @@ class GatewayServer:
             "seq": event.seq,
             "ts": self._now_ms(),
         }
-        for conn in self._subscribers(run.session_key):
+        subscribers = self._subscribers(run.session_key)
+        if event.seq == 1:
+            # A run's first event: the session's chat metadata (active run, last activity) has changed.
+            for conn in subscribers:
+                conn.send_event("chat.metadata.changed", {})
+        if event.stream == "run_status":
+            # As on OpenClaw, the chat view of a run status comes just before the agent event.
+            self._broadcast_chat(run, {"state": "status", "phase": str(event.data.get("phase", ""))})
+        for conn in subscribers:
             conn.send_event("agent", payload)
         if event.stream == "assistant":
             text = str(event.data.get("text", ""))
@@ -806,9 +1047,12 @@ def _assistant(text: str, timestamp_ms: int) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "text", "text": text}], "timestamp": timestamp_ms}
 
 
-def _finished_status(run: Run) -> str:
+def _finished_status(run: Run) -> StartStatus:
     """The ``status`` a retried ``chat.send`` gets for a run no longer in flight: its terminal state."""
-    return "in_flight" if run.active else run.state
+    state = run.state
+    if state == "accepted" or state == "running":
+        return "in_flight"
+    return state
 
 
 def _session_key(raw: str) -> str:

@@ -777,6 +777,30 @@ class SessionStore:
         with self._read() as db:
             return self._run(db, run_id)
 
+    def run_session(self, run_id: str) -> Session | None:
+        """The session ``run_id`` belongs to, deleted or not, or ``None`` for an unknown run."""
+        _check_text(run_id, "run_id", optional=False, max_length=MAX_ID_LENGTH)
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {', '.join('s.' + c.strip() for c in _SESSION_COLUMNS.split(','))} FROM runs r "
+                "JOIN sessions s ON s.session_id = r.session_id WHERE r.run_id=?",
+                (run_id,),
+            ).fetchone()
+        return None if row is None else _session_from_row(row)
+
+    def run_messages(self, run_id: str) -> builtins.list[Message]:
+        """The transcript messages ``run_id`` appended, in order."""
+        _check_text(run_id, "run_id", optional=False, max_length=MAX_ID_LENGTH)
+        with self._read() as db:
+            run = self._run(db, run_id)
+            if run is None:
+                return []
+            rows = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id=? AND run_id=? ORDER BY seq",
+                (run.session_id, run_id),
+            ).fetchall()
+        return [_message_from_row(row) for row in rows]
+
     def active_runs(self, key: str) -> builtins.list[Run]:
         """The live session's runs still ``accepted`` or ``running``, oldest first (none for no live session)."""
         text = str(parse_session_key(key))

@@ -187,6 +187,13 @@ class ToolRegistry:
             del self._tools[name]
         return names
 
+    def owner(self, name: str) -> str | None:
+        """The plugin that registered ``name`` (``None`` for the gateway's own tools); :class:`ToolNotFoundError`."""
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolNotFoundError(f"no tool named {json.dumps(name)} is registered")
+        return tool.owner
+
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None``."""
         return self._tools.get(name)

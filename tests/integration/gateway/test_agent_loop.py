@@ -169,7 +169,11 @@ async def test_plain_answer(loop: AgentLoop, store: SessionStore, fake: FakeMode
 
     assert recorder.phases() == ["start", "model", "finishing", "end"]
     assert recorder.stream("lifecycle")[1] == {"phase": "model", "provider": "fake", "model": "primary", "round": 1}
-    assert recorder.stream("lifecycle")[-1] == {"phase": "end", "status": "ok", "terminalReply": "Hi, how can I help?"}
+    assert recorder.stream("lifecycle")[-1] == {
+        "phase": "end",
+        "status": "ok",
+        "terminalReply": {"disposition": "visible", "text": "Hi, how can I help?"},
+    }
     deltas = recorder.stream("assistant")
     assert "".join(d["delta"] for d in deltas) == "Hi, how can I help?"
     assert deltas[-1]["text"] == "Hi, how can I help?"

@@ -189,7 +189,7 @@ async def test_hello_ok_shape(server: GatewayServer, http: aiohttp.ClientSession
     assert {"chat.send", "chat.history", "chat.abort", "sessions.list", "sessions.messages.subscribe"} <= set(
         hello["features"]["methods"]
     )
-    assert {"connect.challenge", "chat", "agent", "tick"} <= set(hello["features"]["events"])
+    assert {"connect.challenge", "chat", "chat.metadata.changed", "agent", "tick"} <= set(hello["features"]["events"])
     assert hello["snapshot"]["sessionDefaults"]["mainSessionKey"] == "agent:main:main"
     assert hello["auth"] == {
         "method": "token",
@@ -519,9 +519,19 @@ async def test_chat_send_streams_deltas_and_final(
     assert deltas[-1]["message"]["content"] == [{"type": "text", "text": "pong from fake"}]
     assert {(c["sessionKey"], c["agentId"]) for c in chats} == {(KEY, "main")}
     agent = [f["payload"] for f in client.events if f["event"] == "agent"]
-    assert {a["stream"] for a in agent} == {"lifecycle", "assistant"}
+    assert {a["stream"] for a in agent} == {"run_status", "lifecycle", "assistant", "usage"}
     assert [a["data"]["phase"] for a in agent if a["stream"] == "lifecycle"] == ["start", "model", "finishing", "end"]
-    assert agent[-1]["data"]["terminalReply"] == "pong from fake"
+    assert agent[-1]["data"]["terminalReply"] == {"disposition": "visible", "text": "pong from fake"}
+    assert [a["data"] for a in agent if a["stream"] == "usage"] == [{"outputTokens": 3}]
+    # Each run status arrives twice: as a chat "status" event, then as the agent event with the same run seq.
+    phases = ["preparing_context", "starting_model"]
+    assert [(c["state"], c["phase"]) for c in chats if c["state"] == "status"] == [("status", p) for p in phases]
+    assert [a["data"] for a in agent if a["stream"] == "run_status"] == [{"phase": p} for p in phases]
+    status_seqs = [(f["event"], f["payload"]["seq"]) for f in client.events if f["event"] in ("chat", "agent")][:2]
+    assert status_seqs == [("chat", 1), ("agent", 1)]
+    # chat.metadata.changed comes first, once per run.
+    assert [(f["event"], f["payload"]) for f in client.events[:1]] == [("chat.metadata.changed", {})]
+    assert len([f for f in client.events if f["event"] == "chat.metadata.changed"]) == 1
     seqs = [f["seq"] for f in client.events]
     assert seqs == list(range(1, len(seqs) + 1))
     assert len(fake.requests) == 1
@@ -632,6 +642,7 @@ async def test_model_failure_sends_error_event(server: GatewayServer, http: aioh
     error = await client.wait_for_chat("bad", "error")
     assert error["payload"]["errorKind"] == "error"
     assert error["payload"]["errorMessage"]
+    assert set(error["payload"]["errorDetail"]) == {"code", "message"}
     assert (await client.request("chat.send", {"sessionKey": KEY, "message": "x", "idempotencyKey": "bad"}))["payload"][
         "status"
     ] == "error"

@@ -39,6 +39,7 @@ from clawstack.gateway.plugins import (
     code_identity,
     read_manifest,
 )
+from clawstack.gateway.plugins.loader import BuildInfo, bundled_identity, process_build_info
 from clawstack.gateway.sessions import SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
@@ -670,3 +671,62 @@ def test_example_plugin_loads(tmp_path: Path, completer: SubagentCompleter) -> N
     assert command is not None
     assert command.runtime_capabilities == frozenset({"subagent.complete"})
     assert command.accepts_args
+
+
+# -- bundled build identity ----------------------------------------------------------------------------------------
+
+
+def write_build(package_root: Path, built_at: str = "2026-11-29T10:00:00Z") -> BuildInfo:
+    package_root.mkdir(parents=True, exist_ok=True)
+    record = {"buildId": "b-1", "version": "0.1.0", "commit": "abc123", "builtAt": built_at}
+    (package_root / "build-info.json").write_text(json.dumps(record))
+    build = BuildInfo.read(package_root)
+    assert build is not None
+    return build
+
+
+def test_build_info_is_absent_or_malformed_in_a_source_run(tmp_path: Path) -> None:
+    assert BuildInfo.read(tmp_path) is None
+    for bad in ("not json", "[]", json.dumps({"buildId": "b", "version": "1", "commit": "c"})):
+        (tmp_path / "build-info.json").write_text(bad)
+        assert BuildInfo.read(tmp_path) is None
+    build = write_build(tmp_path)
+    assert (build.build_id, build.version, build.commit) == ("b-1", "0.1.0", "abc123")
+
+
+def test_bundled_identity_names_the_exact_build_and_paths(tmp_path: Path) -> None:
+    build = write_build(tmp_path / "pkg")
+    inside = write_plugin(tmp_path / "pkg" / "bundled-plugins", "mail")
+    outside = write_plugin(tmp_path / "override", "mail")
+    first = bundled_identity(build, "mail", inside, "plugin.py")
+    assert first is not None
+    assert first.startswith("sha256:")
+    assert bundled_identity(build, "mail", inside, "plugin.py") == first
+    assert bundled_identity(None, "mail", inside, "plugin.py") is None
+    assert bundled_identity(build, "mail", outside, "plugin.py") is None
+    rebuilt = write_build(tmp_path / "pkg", built_at="2026-11-29T11:00:00Z")
+    assert bundled_identity(rebuilt, "mail", inside, "plugin.py") != first
+    # The identity is the build's, not the source's: editing the plugin does not change it.
+    (inside / "plugin.py").write_text("def register(api):\n    pass\n")
+    assert bundled_identity(build, "mail", inside, "plugin.py") == first
+
+
+def test_loader_gives_bundled_plugins_the_build_identity(tmp_path: Path) -> None:
+    build = write_build(tmp_path / "pkg")
+    quiet = "def register(api):\n    pass\n"
+    write_plugin(tmp_path / "pkg" / "bundled-plugins", "mail", quiet)
+    write_plugin(tmp_path / "override", "other", quiet)
+    write_plugin(tmp_path / "installed", "third", quiet)
+    config = make_config(tmp_path, {"entries": {"mail": {"trust": "bundled"}, "other": {"trust": "bundled"}}})
+    paths = [tmp_path / "pkg" / "bundled-plugins", tmp_path / "override", tmp_path / "installed"]
+    loader = PluginLoader(config, search_paths=paths, build=build)
+    plugins = {p.id: p for p in loader.load()}
+    assert plugins["mail"].code_identity == bundled_identity(
+        build, "mail", tmp_path / "pkg" / "bundled-plugins" / "mail", "plugin.py"
+    )
+    assert plugins["other"].state == "loaded"
+    assert plugins["other"].code_identity is None
+    third = plugins["third"].code_identity
+    assert third is not None
+    assert third.startswith("sha256:")
+    assert process_build_info() is None  # this checkout is a source run

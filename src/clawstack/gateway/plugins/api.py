@@ -20,6 +20,11 @@ Errors (all :class:`~clawstack.gateway.errors.GatewayError`, codes stable)::
                ├── ModelOverrideRefusedError subagent_model_refused   ``model`` outside the plugin's policy
                ├── SubagentCancelledError   subagent_cancelled        ``signal`` set while queued or running
                ├── SubagentTimeoutError     subagent_timeout          ``timeout_ms`` passed (retryable)
+               ├── SubagentToolRefusedError subagent_tool_refused     ``tools_also_allow`` names a tool not solely its own
+               ├── SubagentSessionForbiddenError subagent_session_forbidden  a session this plugin did not create
+               ├── SubagentSessionBusyError subagent_session_busy     ``delete_session`` while a run is in flight
+               ├── SubagentRunNotFoundError subagent_run_not_found    ``wait_for_run`` on a run it did not start
+               ├── SubagentRequesterError   subagent_requester_unavailable  ``completion_delivery`` outside its hook
                └── SubagentModelError       subagent_model_failed     every model failed; ``model_error_code``
 """
 
@@ -27,22 +32,27 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from clawstack.gateway.errors import ConfigProblem, GatewayError
+from clawstack.gateway.tools import Tool, ToolHandler, ToolRegistry
 
 if TYPE_CHECKING:
-    from clawstack.gateway.plugins.complete import PluginSubagent
+    from clawstack.gateway.plugins.hook_dispatch import PluginHooks
+    from clawstack.gateway.plugins.hooks import DispatchHandler, HookRegistry
+    from clawstack.gateway.plugins.subagent import PluginSubagent
 
 __all__ = [
     "COMMAND_NAME_PATTERN",
+    "HOOK_NAMES",
     "RESERVED_COMMAND_NAMES",
     "CommandContext",
     "CommandHandler",
     "CommandRegistrationError",
     "CommandRegistry",
+    "HookName",
     "ModelOverrideRefusedError",
     "PluginApi",
     "PluginError",
@@ -57,12 +67,22 @@ __all__ = [
     "SubagentCancelledError",
     "SubagentError",
     "SubagentModelError",
+    "SubagentRequesterError",
+    "SubagentRunNotFoundError",
+    "SubagentSessionBusyError",
+    "SubagentSessionForbiddenError",
     "SubagentTimeoutError",
+    "SubagentToolRefusedError",
     "SubagentUnavailableError",
     "Trust",
 ]
 
 Trust = Literal["bundled", "trusted", "installed"]
+
+HookName = Literal["before_dispatch", "reply_dispatch"]
+
+#: The dispatch hooks a plugin may register, in the order the gateway runs them.
+HOOK_NAMES: Final[tuple[HookName, ...]] = get_args(HookName)
 
 #: What a command name must match.
 COMMAND_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -152,6 +172,36 @@ class SubagentTimeoutError(SubagentError):
 
     code = "subagent_timeout"
     retryable = True
+
+
+class SubagentToolRefusedError(SubagentError):
+    """A ``tools_also_allow`` name is not a tool this plugin alone registered (unknown, core, or another's)."""
+
+    code = "subagent_tool_refused"
+
+
+class SubagentSessionForbiddenError(SubagentError):
+    """The session exists and this plugin did not create it (``subagent.run``/``get_session_messages``/``delete``)."""
+
+    code = "subagent_session_forbidden"
+
+
+class SubagentSessionBusyError(SubagentError):
+    """``delete_session`` on a session with a run in flight; wait for it first."""
+
+    code = "subagent_session_busy"
+
+
+class SubagentRunNotFoundError(SubagentError):
+    """``wait_for_run`` on a run id this plugin did not start (or that does not exist)."""
+
+    code = "subagent_run_not_found"
+
+
+class SubagentRequesterError(SubagentError):
+    """``completion_delivery="current-requester"`` outside a ``before_dispatch`` hook of an authenticated request."""
+
+    code = "subagent_requester_unavailable"
 
 
 class SubagentModelError(SubagentError):
@@ -273,12 +323,15 @@ class CommandRegistry:
 
 
 class PluginRuntime:
-    """``api.runtime``: the capabilities this gateway supports and the subagent runtime."""
+    """``api.runtime``: the capabilities this gateway supports, the subagent runtime and hook dispatch."""
 
-    def __init__(self, lifetime: PluginLifetime, capabilities: frozenset[str], subagent: PluginSubagent) -> None:
+    def __init__(
+        self, lifetime: PluginLifetime, capabilities: frozenset[str], subagent: PluginSubagent, hooks: PluginHooks
+    ) -> None:
         self._lifetime = lifetime
         self._capabilities = capabilities
         self._subagent = subagent
+        self._hooks = hooks
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -288,9 +341,15 @@ class PluginRuntime:
 
     @property
     def subagent(self) -> PluginSubagent:
-        """``api.runtime.subagent``: background model work (:meth:`PluginSubagent.complete`)."""
+        """``api.runtime.subagent``: background model work (``complete``, ``run``, ``wait_for_run``, …)."""
         self._lifetime.check()
         return self._subagent
+
+    @property
+    def hooks(self) -> PluginHooks:
+        """``api.runtime.hooks``: ``dispatch_hook_agent_turn`` (bundled and trusted plugins only)."""
+        self._lifetime.check()
+        return self._hooks
 
 
 class PluginApi:
@@ -301,9 +360,11 @@ class PluginApi:
         *,
         plugin_id: str,
         trust: Trust,
-        code_identity: str,
+        code_identity: str | None,
         command_capabilities: frozenset[str],
         commands: CommandRegistry,
+        tools: ToolRegistry,
+        hooks: HookRegistry,
         runtime: PluginRuntime,
         lifetime: PluginLifetime,
     ) -> None:
@@ -312,6 +373,8 @@ class PluginApi:
         self._code_identity = code_identity
         self._command_capabilities = command_capabilities
         self._commands = commands
+        self._tools = tools
+        self._hooks = hooks
         self._runtime = runtime
         self._lifetime = lifetime
         self._logger = logging.getLogger(f"clawstack.plugins.{plugin_id}")
@@ -331,8 +394,10 @@ class PluginApi:
         return self._trust
 
     @property
-    def code_identity(self) -> str:
-        """``sha256:<hex>`` over the manifest and every ``.py`` file of the plugin, captured at load."""
+    def code_identity(self) -> str | None:
+        """The code identity captured at load: ``sha256:<hex>`` over the manifest and every ``.py`` file; for a
+        bundled plugin, the build's identity, or ``None`` when it has none (run from source, or loaded from
+        outside its build's ``bundled-plugins`` directory)."""
         return self._code_identity
 
     @property
@@ -411,3 +476,36 @@ class PluginApi:
         )
         self._commands.add(command)
         return command
+
+    def register_tool(
+        self,
+        name: str,
+        handler: ToolHandler,
+        *,
+        description: str,
+        parameters: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Register a tool this plugin owns; it reaches a model only through ``subagent.run(tools_also_allow=…)``.
+
+        ``parameters`` is the JSON schema of the arguments object (default: no arguments). The name follows the
+        tool-name rule and may not be taken by the gateway or another plugin
+        (:class:`~clawstack.gateway.tools.ToolExistsError`).
+        """
+        self._lifetime.check()
+        if not callable(handler):
+            raise CommandRegistrationError(f"tool {name!r}: the handler must be callable")
+        if not isinstance(description, str) or not description.strip():
+            raise CommandRegistrationError(f"tool {name!r}: a non-empty description is required")
+        schema = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
+        self._tools.register(Tool(name, description, schema, handler, owner=self._id))
+
+    def register_hook(self, name: HookName, handler: DispatchHandler) -> None:
+        """Register a ``before_dispatch`` or ``reply_dispatch`` handler (see ``clawstack.gateway.plugins.hooks``)."""
+        from clawstack.gateway.plugins.hooks import RegisteredHook
+
+        self._lifetime.check()
+        if name not in HOOK_NAMES:
+            raise CommandRegistrationError(f"hook {name!r} is not one of {', '.join(HOOK_NAMES)}")
+        if not callable(handler):
+            raise CommandRegistrationError(f"hook {name!r}: the handler must be callable")
+        self._hooks.add(RegisteredHook(self._id, name, handler, self._runtime.subagent))

@@ -31,11 +31,9 @@ from clawstack.gateway.plugins.api import (
     PluginError,
     PluginLifetime,
     PluginRetiredError,
-    SubagentArgumentError,
     SubagentCancelledError,
     SubagentModelError,
     SubagentTimeoutError,
-    SubagentUnavailableError,
 )
 
 __all__ = [
@@ -43,7 +41,6 @@ __all__ = [
     "SUBAGENT_COMPLETE",
     "CompleteResult",
     "CompletionUsage",
-    "PluginSubagent",
     "SubagentCompleter",
 ]
 
@@ -193,57 +190,3 @@ class SubagentCompleter:
             if usage is None
             else CompletionUsage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
         )
-
-
-class PluginSubagent:
-    """``api.runtime.subagent`` for one plugin instance."""
-
-    def __init__(self, plugin_id: str, lifetime: PluginLifetime, completer: SubagentCompleter | None) -> None:
-        self._plugin_id = plugin_id
-        self._lifetime = lifetime
-        self._completer = completer
-
-    async def complete(
-        self,
-        agent_id: str,
-        message: str,
-        *,
-        extra_system_prompt: str | None = None,
-        model: str | None = None,
-        timeout_ms: int = DEFAULT_COMPLETE_TIMEOUT_MS,
-        signal: asyncio.Event | None = None,
-    ) -> CompleteResult:
-        """Tool-free isolated inference by ``agent_id``'s model on ``message``; see the module docstring.
-
-        Raises :class:`ModelOverrideRefusedError`, :class:`SubagentCancelledError`, :class:`SubagentTimeoutError`,
-        :class:`SubagentModelError`, :class:`PluginRetiredError`, :class:`SubagentArgumentError`, and the agent
-        loop's ``agent_not_found`` / ``model_not_found`` errors.
-        """
-        self._lifetime.check()
-        if self._completer is None:
-            raise SubagentUnavailableError("this gateway runs no subagent completions")
-        _check_text("agent_id", agent_id)
-        _check_text("message", message)
-        if extra_system_prompt is not None and not isinstance(extra_system_prompt, str):
-            raise SubagentArgumentError("extra_system_prompt must be a string")
-        if model is not None and not isinstance(model, str):
-            raise SubagentArgumentError("model must be a string")
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1:
-            raise SubagentArgumentError("timeout_ms must be a whole number of milliseconds, at least 1")
-        if signal is not None and not isinstance(signal, asyncio.Event):
-            raise SubagentArgumentError("signal must be an asyncio.Event")
-        return await self._completer.complete(
-            self._plugin_id,
-            self._lifetime,
-            agent_id,
-            message,
-            extra_system_prompt=extra_system_prompt,
-            model=model,
-            timeout_ms=timeout_ms,
-            signal=signal,
-        )
-
-
-def _check_text(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise SubagentArgumentError(f"{name} must be a non-empty string")

@@ -17,6 +17,7 @@ contributes no commands; the other plugins load. :meth:`PluginLoader.reload` ret
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -45,16 +46,25 @@ from clawstack.gateway.plugins.api import (
     PluginRuntime,
     Trust,
 )
-from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, PluginSubagent, SubagentCompleter
+from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, SubagentCompleter
+from clawstack.gateway.plugins.hook_dispatch import HOOK_AGENT_TURNS, HookDispatcher, PluginHooks
+from clawstack.gateway.plugins.hooks import HookRegistry
+from clawstack.gateway.plugins.subagent import SUBAGENT_RUN, PluginSubagent, SubagentRunner
+from clawstack.gateway.tools import ToolRegistry
 
 __all__ = [
+    "BUILD_INFO_FILE",
+    "BUNDLED_PLUGINS_DIR",
     "MANIFEST_NAME",
+    "BuildInfo",
     "LoadedPlugin",
     "PluginContracts",
     "PluginLoader",
     "PluginManifest",
     "PluginState",
+    "bundled_identity",
     "code_identity",
+    "process_build_info",
     "read_manifest",
 ]
 
@@ -193,6 +203,71 @@ def code_identity(directory: Path, manifest_bytes: bytes) -> tuple[str, dict[str
     return "sha256:" + digest.hexdigest(), sources
 
 
+#: The build record of an installed clawstack build (absent in a source checkout), beside the package.
+BUILD_INFO_FILE: Final = "build-info.json"
+
+#: Where a build keeps its bundled plugins, beside the package.
+BUNDLED_PLUGINS_DIR: Final = "bundled-plugins"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildInfo:
+    """The build record a gateway process read once at start: build id, version, commit and build time."""
+
+    build_id: str
+    version: str
+    commit: str
+    built_at: str
+    root: Path
+
+    @classmethod
+    def read(cls, package_root: Path) -> BuildInfo | None:
+        """The record in ``package_root/build-info.json``; ``None`` when there is none or it is malformed."""
+        try:
+            data = json.loads((package_root / BUILD_INFO_FILE).read_bytes())
+        except (OSError, ValueError):
+            return None
+        fields = ("buildId", "version", "commit", "builtAt")
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data[k] for k in fields):
+            return None
+        return cls(data["buildId"], data["version"], data["commit"], data["builtAt"], package_root.resolve())
+
+
+@functools.cache
+def process_build_info() -> BuildInfo | None:
+    """This process's build record, read once (the first call) from beside the ``clawstack`` package."""
+    import clawstack
+
+    return BuildInfo.read(Path(clawstack.__file__).parent)
+
+
+def bundled_identity(build: BuildInfo | None, plugin_id: str, directory: Path, entry: str) -> str | None:
+    """A bundled plugin's code identity: the exact build plus the plugin id and its real root and entry paths.
+
+    ``None`` (no sound identity) when the process has no build record (run from source) or the plugin was loaded
+    from outside that build's ``bundled-plugins`` directory (an override or a checkout). Every build records a new
+    build time, so a rebuild, upgrade or downgrade changes the identity even at the same paths and version.
+    """
+    if build is None:
+        return None
+    root = directory.resolve()
+    if not root.is_relative_to(build.root / BUNDLED_PLUGINS_DIR):
+        return None
+    record = {
+        "build": {
+            "buildId": build.build_id,
+            "version": build.version,
+            "commit": build.commit,
+            "builtAt": build.built_at,
+        },
+        "pluginId": plugin_id,
+        "root": str(root),
+        "entry": str((directory / entry).resolve()),
+    }
+    canonical = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedPlugin:
     """One plugin as the loader found it: ``loaded`` (with its ``api``), ``failed`` (with ``error``) or ``disabled``.
@@ -232,13 +307,30 @@ class PluginLoader:
         *,
         search_paths: Sequence[str | Path] = (),
         completer: SubagentCompleter | None = None,
+        runner: SubagentRunner | None = None,
+        hook_dispatcher: HookDispatcher | None = None,
         commands: CommandRegistry | None = None,
+        tools: ToolRegistry | None = None,
+        hooks: HookRegistry | None = None,
+        build: BuildInfo | None = None,
     ) -> None:
         self._config = config
+        self._build = build
         self._search_paths = (*config.plugins.load.paths, *(Path(p) for p in search_paths))
         self._completer = completer
+        self._runner = runner
+        self._hook_dispatcher = hook_dispatcher
         self.commands = commands or CommandRegistry()
-        self.capabilities: frozenset[str] = frozenset({SUBAGENT_COMPLETE}) if completer is not None else frozenset()
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.hooks = hooks if hooks is not None else HookRegistry()
+        capabilities = set()
+        if completer is not None:
+            capabilities.add(SUBAGENT_COMPLETE)
+        if runner is not None:
+            capabilities.add(SUBAGENT_RUN)
+        if hook_dispatcher is not None:
+            capabilities.add(HOOK_AGENT_TURNS)
+        self.capabilities: frozenset[str] = frozenset(capabilities)
         self._instances: dict[str, _Instance] = {}
 
     @property
@@ -288,9 +380,14 @@ class PluginLoader:
     def _retire(self, instance: _Instance) -> None:
         if instance.lifetime is not None:
             instance.lifetime.retire()
-            self.commands.remove_plugin(instance.record.id)
+            self._unregister(instance.record.id)
         if instance.module_name is not None:
             sys.modules.pop(instance.module_name, None)
+
+    def _unregister(self, plugin_id: str) -> None:
+        self.commands.remove_plugin(plugin_id)
+        self.tools.unregister_owner(plugin_id)
+        self.hooks.remove_plugin(plugin_id)
 
     def _load_directory(self, directory: Path) -> LoadedPlugin:
         try:
@@ -311,15 +408,27 @@ class PluginLoader:
         )
         if not entry.enabled:
             return self._record(_Instance(base, None, None))
-        identity, sources = code_identity(directory, manifest_bytes)
+        source_identity, sources = code_identity(directory, manifest_bytes)
+        identity = (
+            bundled_identity(self._build, manifest.id, directory, manifest.entry)
+            if entry.trust == "bundled"
+            else source_identity
+        )
         lifetime = PluginLifetime(manifest.id)
-        runtime = PluginRuntime(lifetime, self.capabilities, PluginSubagent(manifest.id, lifetime, self._completer))
+        runtime = PluginRuntime(
+            lifetime,
+            self.capabilities,
+            PluginSubagent(manifest.id, lifetime, self._completer, self._runner),
+            PluginHooks(manifest.id, entry.trust, lifetime, self._hook_dispatcher),
+        )
         api = PluginApi(
             plugin_id=manifest.id,
             trust=entry.trust,
             code_identity=identity,
             command_capabilities=frozenset(manifest.contracts.command_runtime_capabilities),
             commands=self.commands,
+            tools=self.tools,
+            hooks=self.hooks,
             runtime=runtime,
             lifetime=lifetime,
         )
@@ -337,7 +446,7 @@ class PluginLoader:
             self._execute(directory, manifest.entry, sources, module_name, api)
         except PluginError as exc:
             lifetime.retire()
-            self.commands.remove_plugin(manifest.id)
+            self._unregister(manifest.id)
             sys.modules.pop(module_name, None)
             failed = _failed(manifest.id, directory, exc, version=manifest.version, trust=entry.trust)
             return self._record(_Instance(replace(failed, code_identity=identity), None, None))

@@ -1,0 +1,393 @@
+"""``api.runtime.subagent.run`` and friends, dispatch hooks and completion delivery, in a real gateway.
+
+A real :class:`GatewayServer` on 127.0.0.1 with a real scripted fake model over TCP loads test plugins written to a
+temporary directory; the tests call the plugins' ``api`` objects directly and watch the gateway over WebSocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from clawstack.gateway.agent import MINIMAL_PROMPT
+from clawstack.gateway.config import parse_config
+from clawstack.gateway.plugins import (
+    SUBAGENT_RUN,
+    ModelOverrideRefusedError,
+    PluginApi,
+    PluginRetiredError,
+    SubagentArgumentError,
+    SubagentRequesterError,
+    SubagentRunNotFoundError,
+    SubagentSessionBusyError,
+    SubagentSessionForbiddenError,
+    SubagentToolRefusedError,
+)
+from clawstack.gateway.server import GatewayServer
+from clawstack.gateway.tools import Tool, ToolRegistry
+from clawstack.llm.fake import FakeModelServer
+from tests.integration.gateway.test_ws_protocol import API_KEY, KEY, config_document, connected
+
+CHILD = "agent:main:subagent:helper"
+
+RUNNER_PLUGIN = """
+captured = {}
+
+async def progress(args):
+    return "noted"
+
+async def before(ctx):
+    if not ctx.message.startswith("delegate:"):
+        return None
+    run = await ctx.subagent.run(
+        session_key="agent:main:subagent:delegated",
+        message=ctx.message.removeprefix("delegate:").strip(),
+        completion_delivery="current-requester",
+    )
+    captured["run"] = run
+    captured["ctx"] = ctx
+    return "Delegated."
+
+async def reply(ctx):
+    if ctx.message.startswith("reply-delegate:"):
+        await ctx.subagent.run(
+            session_key="agent:main:subagent:never",
+            message="x",
+            completion_delivery="current-requester",
+        )
+    return None
+
+def register(api):
+    api.register_tool("runner_progress", progress, description="Report progress")
+    api.register_hook("before_dispatch", before)
+    api.register_hook("reply_dispatch", reply)
+"""
+
+OTHER_PLUGIN = """
+async def other_tool(args):
+    return "other"
+
+def register(api):
+    api.register_tool("other_tool", other_tool, description="Another plugin's tool")
+"""
+
+
+def write_plugin(root: Path, plugin_id: str, source: str) -> Path:
+    directory = root / plugin_id
+    directory.mkdir(parents=True)
+    manifest = {"id": plugin_id, "version": "1.0.0", "entry": "plugin.py"}
+    (directory / "claw.plugin.json").write_text(json.dumps(manifest))
+    (directory / "plugin.py").write_text(textwrap.dedent(source))
+    return directory
+
+
+async def core_tool(args: dict[str, Any]) -> str:
+    return "core"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModelServer]:
+    async with FakeModelServer(api_key=API_KEY) as server:
+        yield server
+
+
+def gateway_config(tmp_path: Path, base_url: str, **extra: Any) -> Any:
+    document = config_document(base_url)
+    document["models"]["providers"]["fake"]["models"].append({"id": "other-model"})
+    document["agents"]["defaults"]["subagents"] = {"runTimeoutSeconds": 2}
+    document["plugins"] = {
+        "entries": {
+            "runner": {
+                "trust": "trusted",
+                "subagent": {"allowModelOverride": True, "allowedModels": ["fake/other-model"]},
+            },
+            "other": {"trust": "installed"},
+        }
+    }
+    for key, value in extra.items():
+        document[key] = value
+    return parse_config(document, base_dir=tmp_path, environ={})
+
+
+@pytest.fixture
+async def server(tmp_path: Path, fake: FakeModelServer) -> AsyncIterator[GatewayServer]:
+    root = tmp_path / "plugins"
+    paths = [write_plugin(root, "runner", RUNNER_PLUGIN), write_plugin(root, "other", OTHER_PLUGIN)]
+    registry = ToolRegistry([Tool("core_tool", "A core tool", {"type": "object"}, core_tool)])
+    config = gateway_config(tmp_path, fake.base_url)
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths, registry=registry) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+def api_of(server: GatewayServer, plugin_id: str) -> PluginApi:
+    record = {p.id: p for p in server.plugins}[plugin_id]
+    assert record.state == "loaded", record.error
+    assert record.api is not None
+    return record.api
+
+
+def tool_names(body: dict[str, Any]) -> list[str]:
+    return [tool["function"]["name"] for tool in body.get("tools", [])]
+
+
+async def test_run_wait_and_read_messages(server: GatewayServer, fake: FakeModelServer) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    assert SUBAGENT_RUN in api_of(server, "runner").runtime.capabilities
+    accepted = await subagent.run(session_key="agent:Main:subagent:helper", message="@fake reply: child answer")
+    assert accepted.session_key == CHILD
+    result = await subagent.wait_for_run(accepted.run_id, timeout_ms=10_000)
+    assert result.status == "ok"
+    assert result.run_id == accepted.run_id
+    assert result.terminal_reply == "child answer"
+    assert result.stop_reason == "stop"
+    assert result.provider_started is True
+    assert result.liveness_state == "ended"
+    assert result.started_at is not None
+    assert result.ended_at is not None
+    assert result.ended_at >= result.started_at
+    assert result.timeout_phase is None
+
+    page = await subagent.get_session_messages(CHILD, limit=10)
+    assert page.total == 2
+    assert [m["role"] for m in page.messages] == ["user", "assistant"]
+    assert page.messages[1]["content"] == [{"type": "text", "text": "child answer"}]
+    # Plugin tools never reach a run that did not ask for them; core tools do.
+    assert tool_names(fake.requests[-1].body) == ["core_tool"]
+
+
+async def test_wait_pending_does_not_cancel_and_a_run_timeout_is_terminal(
+    server: GatewayServer, fake: FakeModelServer
+) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    slow = await subagent.run(session_key=CHILD, message="@fake delay-ms: 700\n@fake reply: late")
+    pending = await subagent.wait_for_run(slow.run_id, timeout_ms=50)
+    assert pending.status == "pending"
+    assert pending.timeout_phase == "wait"
+    assert pending.liveness_state in ("queued", "running")
+    done = await subagent.wait_for_run(slow.run_id, timeout_ms=10_000)
+    assert (done.status, done.terminal_reply) == ("ok", "late")
+
+    hung = await subagent.run(session_key=CHILD, message="@fake delay-ms: 5000\n@fake reply: never")
+    timed_out = await subagent.wait_for_run(hung.run_id, timeout_ms=10_000)
+    assert timed_out.status == "timeout"
+    assert timed_out.timeout_phase == "run"
+    assert timed_out.liveness_state == "ended"
+    assert timed_out.error is not None
+
+
+async def test_a_failing_model_ends_in_error(server: GatewayServer) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    accepted = await subagent.run(session_key=CHILD, message="@fake fail: 500")
+    result = await subagent.wait_for_run(accepted.run_id, timeout_ms=10_000)
+    assert result.status == "error"
+    assert result.stop_reason == "error"
+    assert result.error
+    assert result.provider_started is False
+
+
+async def test_tools_also_allow_only_adds_the_plugins_own_tools(server: GatewayServer, fake: FakeModelServer) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    accepted = await subagent.run(
+        session_key=CHILD, message="@fake reply: ok", tools_also_allow=["runner_progress", "runner_progress"]
+    )
+    assert (await subagent.wait_for_run(accepted.run_id, timeout_ms=10_000)).status == "ok"
+    assert tool_names(fake.requests[-1].body) == ["core_tool", "runner_progress"]
+    count = len(fake.requests)
+    for name, reason in (("core_tool", "core tool"), ("other_tool", "other"), ("nosuch", "no tool")):
+        with pytest.raises(SubagentToolRefusedError, match=reason):
+            await subagent.run(session_key=CHILD, message="x", tools_also_allow=[name])
+    for bad in ("runner_progress", ["group:fs"], [3]):
+        with pytest.raises(SubagentArgumentError):
+            await subagent.run(session_key=CHILD, message="x", tools_also_allow=bad)  # type: ignore[arg-type]
+    with pytest.raises(SubagentArgumentError):
+        await subagent.run(session_key=CHILD, message="x", tools_also_allow=["runner_progress"], disable_tools=True)
+    assert len(fake.requests) == count  # refused runs call no model
+
+
+async def test_operator_deny_still_applies_to_also_allowed_tools(tmp_path: Path, fake: FakeModelServer) -> None:
+    paths = [write_plugin(tmp_path / "plugins", "runner", RUNNER_PLUGIN)]
+    config = gateway_config(tmp_path, fake.base_url, tools={"deny": ["runner_progress"]})
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as server:
+        subagent = api_of(server, "runner").runtime.subagent
+        accepted = await subagent.run(
+            session_key=CHILD, message="@fake reply: ok", tools_also_allow=["runner_progress"]
+        )
+        assert (await subagent.wait_for_run(accepted.run_id, timeout_ms=10_000)).status == "ok"
+        assert tool_names(fake.requests[-1].body) == []
+
+
+async def test_prompt_modes_and_disable_tools(server: GatewayServer, fake: FakeModelServer) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    first = await subagent.run(session_key=CHILD, message="@fake reply: first")
+    await subagent.wait_for_run(first.run_id, timeout_ms=10_000)
+
+    full = await subagent.run(session_key=CHILD, message="@fake reply: second")
+    await subagent.wait_for_run(full.run_id, timeout_ms=10_000)
+    messages = fake.requests[-1].body["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+
+    minimal = await subagent.run(
+        session_key=CHILD, message="@fake reply: third", prompt_mode="minimal", disable_tools=True
+    )
+    await subagent.wait_for_run(minimal.run_id, timeout_ms=10_000)
+    body = fake.requests[-1].body
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    assert body["messages"][0]["content"].startswith(MINIMAL_PROMPT)
+    assert "tools" not in body
+    with pytest.raises(SubagentArgumentError):
+        await subagent.run(session_key=CHILD, message="x", prompt_mode="full")  # type: ignore[arg-type]
+
+
+async def test_model_override_policy(server: GatewayServer, fake: FakeModelServer) -> None:
+    runner = api_of(server, "runner").runtime.subagent
+    accepted = await runner.run(session_key=CHILD, message="@fake reply: ok", provider="fake", model="other-model")
+    assert (await runner.wait_for_run(accepted.run_id, timeout_ms=10_000)).status == "ok"
+    assert fake.requests[-1].body["model"] == "other-model"
+    bare = await runner.run(session_key=CHILD, message="@fake reply: ok", model="other-model")
+    assert (await runner.wait_for_run(bare.run_id, timeout_ms=10_000)).status == "ok"
+    count = len(fake.requests)
+    with pytest.raises(ModelOverrideRefusedError):
+        await runner.run(session_key=CHILD, message="x", model="fake/fake-model")
+    with pytest.raises(SubagentArgumentError):
+        await runner.run(session_key=CHILD, message="x", provider="fake")
+    other = api_of(server, "other").runtime.subagent
+    with pytest.raises(ModelOverrideRefusedError):
+        await other.run(session_key="agent:main:subagent:o", message="x", model="fake/other-model")
+    assert len(fake.requests) == count
+
+
+async def test_sessions_belong_to_the_plugin_that_created_them(
+    server: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    runner = api_of(server, "runner").runtime.subagent
+    other = api_of(server, "other").runtime.subagent
+    client = await connected(http, server.port)
+    res = await client.request("chat.send", {"sessionKey": KEY, "message": "@fake reply: hi", "idempotencyKey": "c1"})
+    assert res["ok"] is True
+    await client.wait_for_chat("c1", "final")
+
+    with pytest.raises(SubagentSessionForbiddenError):
+        await runner.run(session_key=KEY, message="take over")
+    with pytest.raises(SubagentSessionForbiddenError):
+        await runner.get_session_messages(KEY)
+    with pytest.raises(SubagentSessionForbiddenError):
+        await runner.delete_session(KEY)
+
+    accepted = await runner.run(session_key=CHILD, message="@fake reply: mine")
+    with pytest.raises(SubagentRunNotFoundError):
+        await other.wait_for_run(accepted.run_id, timeout_ms=0)
+    with pytest.raises(SubagentRunNotFoundError):
+        await runner.wait_for_run("no-such-run", timeout_ms=0)
+    with pytest.raises(SubagentSessionForbiddenError):
+        await other.run(session_key=CHILD, message="hijack")
+    await runner.wait_for_run(accepted.run_id, timeout_ms=10_000)
+
+    slow = await runner.run(session_key=CHILD, message="@fake delay-ms: 400\n@fake reply: slow")
+    with pytest.raises(SubagentSessionBusyError):
+        await runner.delete_session(CHILD)
+    await runner.wait_for_run(slow.run_id, timeout_ms=10_000)
+    assert await runner.delete_session(CHILD) is True
+    with pytest.raises(SubagentSessionForbiddenError):
+        await runner.get_session_messages(CHILD)
+    # The run records outlive the deleted session.
+    assert (await runner.wait_for_run(slow.run_id, timeout_ms=0)).status == "ok"
+    listed = await client.request("sessions.list", {})
+    assert CHILD not in [s["key"] for s in listed["payload"]["sessions"]]
+    await client.ws.close()
+
+
+async def test_argument_checks(server: GatewayServer) -> None:
+    subagent = api_of(server, "runner").runtime.subagent
+    cases: list[dict[str, Any]] = [
+        {"session_key": "", "message": "x"},
+        {"session_key": "hook:mail", "message": "x"},
+        {"session_key": "agent:main:bogus", "message": "x"},
+        {"session_key": CHILD, "message": ""},
+        {"session_key": CHILD, "message": "x", "deliver": "yes"},
+        {"session_key": CHILD, "message": "x", "disable_tools": 1},
+    ]
+    for kwargs in cases:
+        with pytest.raises(SubagentArgumentError):
+            await subagent.run(**kwargs)
+    with pytest.raises(SubagentArgumentError):
+        await subagent.wait_for_run("r", timeout_ms=-1)
+    with pytest.raises(SubagentArgumentError):
+        await subagent.get_session_messages(CHILD, limit=0)
+    with pytest.raises(SubagentRequesterError):
+        await subagent.run(session_key=CHILD, message="x", completion_delivery="current-requester")
+
+
+async def test_before_dispatch_delegates_with_completion_delivery_to_the_requester(
+    server: GatewayServer, http: aiohttp.ClientSession
+) -> None:
+    client = await connected(http, server.port)
+    params = {"sessionKey": KEY, "message": "delegate: @fake reply: the child's result", "idempotencyKey": "d1"}
+    res = await client.request("chat.send", params)
+    assert res["payload"] == {"runId": "d1", "status": "started"}
+    final = await client.wait_for_chat("d1", "final")
+    assert final["payload"]["message"]["content"][0]["text"] == "Delegated."
+
+    module = next(m for name, m in list(sys.modules.items()) if name.startswith("clawstack_plugin_runner_"))
+    run = module.captured["run"]
+    announce = await client.wait_for_chat(f"{run.run_id}:announce", "final")
+    text = announce["payload"]["message"]["content"][0]["text"]
+    assert text.endswith("the child's result")
+    assert announce["payload"]["sessionKey"] == KEY
+
+    history = await client.request("chat.history", {"sessionKey": KEY})
+    texts = [
+        m["content"] if isinstance(m["content"], str) else m["content"][0]["text"]
+        for m in history["payload"]["messages"]
+    ]
+    assert texts[0] == params["message"]
+    assert texts[1] == "Delegated."
+    assert texts[2].endswith("the child's result")
+
+    # The request-bound runtime dies with its handler.
+    with pytest.raises(PluginRetiredError):
+        await module.captured["ctx"].subagent.run(session_key=CHILD, message="late")
+    await client.ws.close()
+
+
+async def test_reply_dispatch_cannot_deliver_to_the_requester(
+    server: GatewayServer, http: aiohttp.ClientSession, fake: FakeModelServer
+) -> None:
+    client = await connected(http, server.port)
+    params = {"sessionKey": KEY, "message": "reply-delegate:\n@fake reply: agent answer", "idempotencyKey": "r1"}
+    await client.request("chat.send", params)
+    # The hook's refused call raised; the hook is passed over and the agent answers.
+    final = await client.wait_for_chat("r1", "final")
+    assert final["payload"]["message"]["content"][0]["text"] == "agent answer"
+    assert len(fake.requests) == 1
+    await client.ws.close()
+
+
+async def test_runs_in_flight_at_a_stop_end_aborted_and_are_readable_after_a_restart(
+    tmp_path: Path, fake: FakeModelServer
+) -> None:
+    paths = [write_plugin(tmp_path / "plugins", "runner", RUNNER_PLUGIN)]
+    config = gateway_config(tmp_path, fake.base_url)
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as first:
+        accepted = await api_of(first, "runner").runtime.subagent.run(
+            session_key=CHILD, message="@fake delay-ms: 5000\n@fake reply: never"
+        )
+        await asyncio.sleep(0.2)
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as second:
+        result = await api_of(second, "runner").runtime.subagent.wait_for_run(accepted.run_id, timeout_ms=0)
+        assert result.status == "error"
+        assert result.stop_reason == "aborted"
+        assert result.liveness_state == "ended"

@@ -1,0 +1,135 @@
+"""An example plugin that uses every part of the plugin runtime; each command shows one.
+
+* ``/summarize TEXT``: ``api.runtime.subagent.complete`` with a model override inside the plugin's policy.
+* ``/research QUESTION``: ``subagent.run`` on a session of its own with the plugin's tool (``tools_also_allow``)
+  and the minimal prompt, ``wait_for_run``, ``get_session_messages``, then ``delete_session``.
+* ``/background TASK``: ``subagent.run`` with ``deliver=True``; answers at once, and the child's answer is
+  announced on the agent's main session when it is done.
+* ``/mail TEXT``: ``api.runtime.hooks.dispatch_hook_agent_turn`` for a (pretend) e-mail, wrapped as untrusted
+  external content; needs ``trust: "trusted"`` or ``"bundled"``.
+* A ``before_dispatch`` hook: a chat message starting ``delegate:`` is handed to a tool-less subagent whose
+  answer is delivered back to the requester with ``completion_delivery="current-requester"``.
+
+Enable it with ``plugins.entries["example-plugin"]`` (see ``examples/gateway/gateway.json5``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from clawstack.gateway.plugins import CommandContext, DispatchContext, PluginApi, SubagentError
+
+__all__ = ["register"]
+
+AGENT = "main"
+SMALL_MODEL = "fake/scripted-small"
+
+
+def register(api: PluginApi) -> None:
+    """Register the plugin's tool, commands and hook."""
+    notes: list[str] = []
+
+    async def take_note(arguments: dict[str, Any]) -> str:
+        notes.append(str(arguments.get("text", "")))
+        return f"noted ({len(notes)} so far)"
+
+    api.register_tool(
+        "example_take_note",
+        take_note,
+        description="Write down one finding while researching.",
+        parameters={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    )
+
+    async def summarize(ctx: CommandContext) -> str:
+        try:
+            result = await api.runtime.subagent.complete(
+                AGENT,
+                ctx.args or "(nothing to summarize)",
+                extra_system_prompt="Summarize the user's text in one sentence.",
+                model=SMALL_MODEL,
+                timeout_ms=20_000,
+            )
+        except SubagentError as exc:
+            return f"Summary unavailable ({exc.code})."
+        return result.text
+
+    async def research(ctx: CommandContext) -> str:
+        subagent = api.runtime.subagent
+        session_key = f"agent:{AGENT}:subagent:research-{uuid.uuid4()}"
+        try:
+            accepted = await subagent.run(
+                session_key=session_key,
+                message=ctx.args or "(no question)",
+                tools_also_allow=["example_take_note"],
+                prompt_mode="minimal",
+            )
+            result = await subagent.wait_for_run(accepted.run_id, timeout_ms=30_000)
+            if result.status == "pending":
+                return f"Research is still running (run {accepted.run_id})."
+            transcript = await subagent.get_session_messages(accepted.session_key, limit=50)
+            await subagent.delete_session(accepted.session_key)
+        except SubagentError as exc:
+            return f"Research failed to start ({exc.code})."
+        if result.status != "ok":
+            return f"Research ended {result.status}: {result.error or result.stop_reason}."
+        return f"{result.terminal_reply} ({transcript.total} messages, {len(notes)} notes)"
+
+    async def background(ctx: CommandContext) -> str:
+        try:
+            accepted = await api.runtime.subagent.run(
+                session_key=f"agent:{AGENT}:subagent:background-{uuid.uuid4()}",
+                message=ctx.args or "(no task)",
+                disable_tools=True,
+                deliver=True,
+            )
+        except SubagentError as exc:
+            return f"Could not start the task ({exc.code})."
+        return f"Started in the background as run {accepted.run_id}; its answer will be announced here."
+
+    async def mail(ctx: CommandContext) -> str:
+        result = await api.runtime.hooks.dispatch_hook_agent_turn(
+            name="Example inbox",
+            agent_id=AGENT,
+            session_key=f"hook:example-mail:{uuid.uuid4()}",
+            message=ctx.args or "(empty e-mail)",
+            external_content_source="email",
+            deliver=True,
+            idempotency_key=None,
+        )
+        if not result.ok:
+            return f"The e-mail turn was refused: {result.reason}"
+        return f"The e-mail is being handled as run {result.run_id}."
+
+    async def delegate(ctx: DispatchContext) -> str | None:
+        if not ctx.message.startswith("delegate:"):
+            return None
+        try:
+            await ctx.subagent.run(
+                session_key=f"agent:{ctx.agent_id}:subagent:delegate-{uuid.uuid4()}",
+                message=ctx.message.removeprefix("delegate:").strip() or "(no task)",
+                disable_tools=True,
+                completion_delivery="current-requester",
+            )
+        except SubagentError as exc:
+            return f"Could not delegate ({exc.code})."
+        return "Delegated to a subagent; its answer will follow in this conversation."
+
+    complete = ("subagent.complete",)
+    run = ("subagent.run",)
+    api.register_command(
+        "summarize", summarize, description="Summarize text", accepts_args=True, runtime_capabilities=complete
+    )
+    api.register_command(
+        "research", research, description="Research a question", accepts_args=True, runtime_capabilities=run
+    )
+    api.register_command(
+        "background",
+        background,
+        description="Run a task in the background",
+        accepts_args=True,
+        runtime_capabilities=run,
+    )
+    api.register_command("mail", mail, description="Handle an e-mail as a hook turn", accepts_args=True)
+    api.register_hook("before_dispatch", delegate)
+    api.logger.info("example plugin registered (code identity %s)", api.code_identity)

@@ -1,0 +1,109 @@
+"""The example gateway config and ``examples/plugins/example-plugin`` in a real gateway, used as a person would.
+
+The config is ``examples/gateway/gateway.json5`` itself, with only its ports and the model's address changed; the
+plugin's commands and its ``delegate:`` hook run over a real WebSocket against a real scripted fake model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import json5
+import pytest
+
+from clawstack.gateway.config import parse_config
+from clawstack.gateway.server import GatewayServer
+from clawstack.llm.fake import FakeModelServer
+from tests.integration.gateway.test_ws_protocol import Client, connected
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+TOKEN = "example-gateway-token-0123456789"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModelServer]:
+    async with FakeModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def server(tmp_path: Path, fake: FakeModelServer) -> AsyncIterator[GatewayServer]:
+    document: dict[str, Any] = json5.loads((EXAMPLES / "gateway" / "gateway.json5").read_text())
+    document["gateway"]["port"] = 0
+    document["models"]["providers"]["fake"]["baseUrl"] = fake.base_url
+    config = parse_config(document, base_dir=EXAMPLES / "gateway", environ={"CLAW_GATEWAY_TOKEN": TOKEN})
+    async with GatewayServer(config, data_dir=tmp_path / "data") as gateway:
+        yield gateway
+
+
+@pytest.fixture
+async def client(server: GatewayServer) -> AsyncIterator[Client]:
+    async with aiohttp.ClientSession() as http:
+        client = await connected(http, server.port, auth={"token": TOKEN})
+        yield client
+        await client.ws.close()
+
+
+async def say(client: Client, text: str, run_id: str) -> str:
+    res = await client.request(
+        "chat.send", {"sessionKey": "agent:main:main", "message": text, "idempotencyKey": run_id}
+    )
+    assert res["ok"] is True, res
+    final = await client.wait_for_chat(run_id, "final")
+    return str(final["payload"]["message"]["content"][0]["text"])
+
+
+async def test_the_example_plugin_loads(server: GatewayServer) -> None:
+    plugins = {p.id: p for p in server.plugins}
+    assert plugins["example-plugin"].state == "loaded", plugins["example-plugin"].error
+    assert plugins["example-plugin"].trust == "trusted"
+    assert plugins["hello"].state == "loaded"
+
+
+async def test_summarize_uses_the_allowed_model(client: Client, fake: FakeModelServer) -> None:
+    answer = await say(client, "/summarize @fake reply: One sentence.", "s1")
+    assert answer
+    assert fake.requests[-1].body["model"] == "scripted-small"
+
+
+async def test_research_runs_a_subagent_with_the_plugin_tool(client: Client, fake: FakeModelServer) -> None:
+    answer = await say(client, "/research what is new\n@fake reply: Nothing much.", "r1")
+    assert answer == "Nothing much. (2 messages, 0 notes)"
+    body = fake.requests[-1].body
+    assert [tool["function"]["name"] for tool in body.get("tools", [])] == ["example_take_note"]
+    assert body["messages"][0]["role"] == "system"
+    listed = await client.request("sessions.list", {})
+    assert not any(":research-" in s["key"] for s in listed["payload"]["sessions"])
+
+
+async def test_background_announces_on_the_main_session(client: Client) -> None:
+    answer = await say(client, "/background tidy up\n@fake reply: All tidy.", "b1")
+    assert answer.startswith("Started in the background as run ")
+    run_id = answer.removeprefix("Started in the background as run ").split(";")[0]
+    announce = await client.wait_for_chat(f"{run_id}:announce", "final")
+    assert announce["payload"]["message"]["content"][0]["text"].endswith("All tidy.")
+
+
+async def test_mail_dispatches_a_hook_turn(client: Client, fake: FakeModelServer) -> None:
+    answer = await say(client, "/mail Please call me back.\n@fake reply: Call requested.", "m1")
+    assert answer.startswith("The e-mail is being handled as run ")
+    run_id = answer.removeprefix("The e-mail is being handled as run ").rstrip(".")
+    announce = await client.wait_for_chat(f"{run_id}:announce", "final")
+    assert announce["payload"]["message"]["content"][0]["text"] == "[Example inbox] Call requested."
+    assert "EXTERNAL_UNTRUSTED_CONTENT" in fake.requests[-1].body["messages"][-1]["content"]
+
+
+async def test_delegate_hook_delivers_to_the_requester(client: Client) -> None:
+    answer = await say(client, "delegate:\n@fake reply: Delegated work done.", "d1")
+    assert answer == "Delegated to a subagent; its answer will follow in this conversation."
+    announce = await client.wait_for_event(
+        lambda f: (
+            f.get("event") == "chat"
+            and str(f["payload"].get("runId", "")).endswith(":announce")
+            and f["payload"].get("state") == "final"
+        )
+    )
+    assert announce["payload"]["message"]["content"][0]["text"].endswith("Delegated work done.")

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import click
 
+from clawstack import __version__
 from clawstack.cli._serving import configure_logging, serve_until_signal
+from clawstack.common.ids import new_uuid
 from clawstack.gateway.config import GatewayConfig, load_config
 from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.protocol import PROTOCOL_VERSION
 from clawstack.gateway.server import GatewayServer
 
 __all__ = ["READY_PREFIX", "gateway"]
@@ -90,3 +98,119 @@ async def _serve(config: GatewayConfig, data_dir: Path, plugin_paths: Sequence[P
         return f"{READY_PREFIX}{server.url}"
 
     await serve_until_signal(start, server.stop, name="clawstack.gateway")
+
+
+@gateway.command()
+@click.argument("message")
+@click.option("--url", default="ws://127.0.0.1:18789", show_default=True, help="The gateway's WebSocket address.")
+@click.option("--token", envvar="CLAW_GATEWAY_TOKEN", help="The gateway token (default: $CLAW_GATEWAY_TOKEN).")
+@click.option("--password", envvar="CLAW_GATEWAY_PASSWORD", help="The gateway password, for password auth.")
+@click.option("--session", "session_key", default="agent:main:main", show_default=True, help="The session key.")
+@click.option(
+    "--follow",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="After the answer, keep printing what is announced on the session for this many seconds.",
+)
+@click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds to wait.")
+def chat(
+    message: str, url: str, token: str | None, password: str | None, session_key: str, follow: float, timeout: float
+) -> None:
+    """Send MESSAGE on a session of a running gateway and print the answer as it streams.
+
+    A message '/name args' runs a plugin command. Background work a plugin starts can announce its answer on the
+    session later; --follow keeps listening for those announcements.
+    """
+    if not token and not password:
+        raise click.UsageError("give --token (or $CLAW_GATEWAY_TOKEN) or --password")
+    auth: dict[str, str] = {"token": token} if token else {"password": password or ""}
+    code = asyncio.run(_chat(url, auth, session_key, message, follow, timeout))
+    raise SystemExit(code)
+
+
+async def _chat(url: str, auth: dict[str, str], key: str, message: str, follow: float, deadline_s: float) -> int:
+    run_id = new_uuid()
+    streamed = False
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(url, timeout=aiohttp.ClientWSTimeout(ws_close=2)) as ws,
+        ):
+            async with asyncio.timeout(10):
+                await ws.receive_json()  # connect.challenge
+            await ws.send_json(
+                {
+                    "type": "req",
+                    "id": "connect",
+                    "method": "connect",
+                    "params": {
+                        "minProtocol": PROTOCOL_VERSION,
+                        "maxProtocol": PROTOCOL_VERSION,
+                        "client": {"id": "cli", "mode": "cli", "version": __version__, "platform": sys.platform},
+                        "role": "operator",
+                        "scopes": ["operator.read", "operator.write", "operator.admin"],
+                        "caps": [],
+                        "auth": auth,
+                    },
+                }
+            )
+            send = {"sessionKey": key, "message": message, "idempotencyKey": run_id}
+            async with asyncio.timeout(deadline_s):
+                async for frame in _frames(ws):
+                    if frame.get("type") == "res":
+                        if not frame.get("ok"):
+                            error = frame.get("error") or {}
+                            click.echo(f"error: {error.get('message', 'refused')}", err=True)
+                            return 1
+                        if frame.get("id") == "connect":
+                            await ws.send_json({"type": "req", "id": "send", "method": "chat.send", "params": send})
+                        continue
+                    payload = frame.get("payload") or {}
+                    if frame.get("event") != "chat" or payload.get("runId") != run_id:
+                        continue
+                    state = payload.get("state")
+                    if state == "delta":
+                        streamed = True
+                        click.echo(payload.get("deltaText", ""), nl=False)
+                    elif state == "final":
+                        click.echo("" if streamed else _text(payload.get("message")))
+                        break
+                    elif state in ("error", "aborted"):
+                        click.echo(f"\n{state}: {payload.get('errorMessage', '')}", err=True)
+                        return 1
+            if follow > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(follow):
+                        async for frame in _frames(ws):
+                            payload = frame.get("payload") or {}
+                            if frame.get("event") == "chat" and payload.get("state") == "final":
+                                click.echo(_text(payload.get("message")))
+    except TimeoutError:
+        click.echo("error: no answer in time", err=True)
+        return 1
+    except (aiohttp.ClientError, OSError) as exc:
+        click.echo(f"error: cannot reach the gateway at {url}: {exc}", err=True)
+        return 1
+    return 0
+
+
+async def _frames(ws: aiohttp.ClientWebSocketResponse) -> AsyncIterator[dict[str, Any]]:
+    """The JSON object frames the gateway sends, until the socket closes."""
+    async for msg in ws:
+        if msg.type is not aiohttp.WSMsgType.TEXT:
+            break
+        frame = json.loads(msg.data)
+        if isinstance(frame, dict):
+            yield frame
+
+
+def _text(message: object) -> str:
+    """The text of an assistant message in the ``chat`` event shape."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))

@@ -6,6 +6,9 @@ plugin's commands and its ``delegate:`` hook run over a real WebSocket against a
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +110,34 @@ async def test_delegate_hook_delivers_to_the_requester(client: Client) -> None:
         )
     )
     assert announce["payload"]["message"]["content"][0]["text"].endswith("Delegated work done.")
+
+
+async def claw_chat(server: GatewayServer, *args: str, token: str = TOKEN) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import sys; from clawstack.cli.gateway import gateway; gateway(sys.argv[1:])",
+        "chat",
+        "--url",
+        server.url,
+        *args,
+        env={**os.environ, "CLAW_GATEWAY_TOKEN": token},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_claw_gateway_chat_streams_runs_commands_and_follows_announcements(server: GatewayServer) -> None:
+    code, out, _ = await claw_chat(server, "Hi\n@fake reply: Hello from the scripted model.")
+    assert (code, out) == (0, "Hello from the scripted model.\n")
+    code, out, _ = await claw_chat(server, "--follow", "3", "/background tidy\n@fake reply: All tidy.")
+    assert code == 0
+    started, announced = out.splitlines()
+    assert started.startswith("Started in the background as run ")
+    assert announced.endswith("] All tidy.")
+    code, out, err = await claw_chat(server, "hi", token="wrong-token")
+    assert code == 1
+    assert "token mismatch" in err

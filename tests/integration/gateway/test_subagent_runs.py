@@ -391,3 +391,31 @@ async def test_runs_in_flight_at_a_stop_end_aborted_and_are_readable_after_a_res
         assert result.status == "error"
         assert result.stop_reason == "aborted"
         assert result.liveness_state == "ended"
+
+
+async def test_an_operator_aborts_queued_and_running_subagent_runs(
+    tmp_path: Path, fake: FakeModelServer, http: aiohttp.ClientSession
+) -> None:
+    paths = [write_plugin(tmp_path / "plugins", "runner", RUNNER_PLUGIN)]
+    config = gateway_config(
+        tmp_path,
+        fake.base_url,
+        agents={"defaults": {"model": {"primary": "fake/fake-model"}, "subagents": {"maxConcurrent": 1}}},
+    )
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as server:
+        subagent = api_of(server, "runner").runtime.subagent
+        running = await subagent.run(session_key=CHILD, message="@fake delay-ms: 5000\n@fake reply: slow")
+        queued = await subagent.run(session_key="agent:main:subagent:second", message="@fake reply: queued")
+        await asyncio.sleep(0.2)
+        assert (await subagent.wait_for_run(queued.run_id, timeout_ms=0)).liveness_state == "queued"
+        client = await connected(http, server.port)
+        res = await client.request("chat.abort", {"sessionKey": "agent:main:subagent:second"})
+        assert res["payload"]["runIds"] == [queued.run_id]
+        aborted = await subagent.wait_for_run(queued.run_id, timeout_ms=0)
+        assert (aborted.status, aborted.stop_reason, aborted.provider_started) == ("error", "aborted", False)
+        res = await client.request("chat.abort", {"sessionKey": CHILD, "runId": running.run_id})
+        assert res["payload"]["aborted"] is True
+        stopped = await subagent.wait_for_run(running.run_id, timeout_ms=0)
+        assert (stopped.status, stopped.stop_reason) == ("error", "aborted")
+        assert len(fake.requests) == 1  # the queued run never reached the model
+        await client.ws.close()

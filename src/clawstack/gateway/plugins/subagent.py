@@ -399,17 +399,10 @@ class PluginSubagent:
     ) -> SubagentRun:
         """Start a background agent run on ``session_key``; returns its run id and the accepted session key.
 
-        ``completion_delivery="current-requester"`` is refused here (:class:`SubagentRequesterError`): it exists
-        only on the request-bound runtime of a ``before_dispatch`` hook (``ctx.subagent``).
+        ``completion_delivery="current-requester"`` is refused (:class:`SubagentRequesterError`) except on the
+        request-bound runtime of a ``before_dispatch`` hook handling an authenticated request (``ctx.subagent``).
         """
-        if completion_delivery is not None:
-            self._check_live()
-            if completion_delivery != "current-requester":
-                raise SubagentArgumentError('completion_delivery must be "current-requester" or None')
-            raise SubagentRequesterError(
-                'completion_delivery="current-requester" is available only inside a before_dispatch hook'
-                " handling an authenticated request"
-            )
+        announce_to = self._completion_target(completion_delivery)
         return await self._run(
             session_key=session_key,
             message=message,
@@ -419,9 +412,21 @@ class PluginSubagent:
             provider=provider,
             model=model,
             extra_system_prompt=extra_system_prompt,
-            deliver=deliver,
-            announce_to=None,
+            deliver=deliver or announce_to is not None,
+            announce_to=announce_to,
             idempotency_key=idempotency_key,
+        )
+
+    def _completion_target(self, completion_delivery: object) -> Requester | None:
+        """Where ``completion_delivery`` sends the completion; this runtime has no requester to deliver to."""
+        self._check_live()
+        if completion_delivery is None:
+            return None
+        if completion_delivery != "current-requester":
+            raise SubagentArgumentError('completion_delivery must be "current-requester" or None')
+        raise SubagentRequesterError(
+            'completion_delivery="current-requester" is available only inside a before_dispatch hook'
+            " handling an authenticated request"
         )
 
     async def _run(
@@ -497,7 +502,7 @@ class PluginSubagent:
         return await runner.delete_session(self._plugin_id, session_key)
 
 
-class RequestSubagent:
+class RequestSubagent(PluginSubagent):
     """``ctx.subagent`` of a dispatch hook: the plugin's runtime bound to the request's requester.
 
     It fails closed (:class:`~clawstack.gateway.plugins.api.PluginRetiredError`) once the handler settled or the
@@ -508,72 +513,19 @@ class RequestSubagent:
     def __init__(
         self, base: PluginSubagent, requester: Requester, scope: PluginLifetime, *, completion_delivery: bool
     ) -> None:
-        self._base = base
+        super().__init__(base._plugin_id, base._lifetime, base._completer, base._runner)
         self._requester = requester
         self._scope = scope
         self._completion_delivery = completion_delivery
 
-    def _check(self) -> None:
+    def _check_live(self) -> None:
         self._scope.check()
-        self._base._check_live()
+        super()._check_live()
 
-    async def complete(self, agent_id: str, message: str, **options: Any) -> CompleteResult:
-        """``api.runtime.subagent.complete`` while the handler runs."""
-        self._check()
-        return await self._base.complete(agent_id, message, **options)
-
-    async def run(
-        self,
-        *,
-        session_key: str,
-        message: str,
-        tools_also_allow: Sequence[str] = (),
-        prompt_mode: Literal["minimal"] | None = None,
-        disable_tools: bool = False,
-        provider: str | None = None,
-        model: str | None = None,
-        extra_system_prompt: str | None = None,
-        deliver: bool = False,
-        completion_delivery: Literal["current-requester"] | None = None,
-        idempotency_key: str | None = None,
-    ) -> SubagentRun:
-        """``api.runtime.subagent.run``, plus ``completion_delivery="current-requester"`` where offered."""
-        self._check()
-        announce_to = None
-        if completion_delivery is not None:
+    def _completion_target(self, completion_delivery: object) -> Requester | None:
+        if completion_delivery is not None and self._completion_delivery:
+            self._check_live()
             if completion_delivery != "current-requester":
                 raise SubagentArgumentError('completion_delivery must be "current-requester" or None')
-            if not self._completion_delivery:
-                raise SubagentRequesterError(
-                    'completion_delivery="current-requester" is available only inside a before_dispatch hook'
-                    " handling an authenticated request"
-                )
-            announce_to = self._requester
-        return await self._base._run(
-            session_key=session_key,
-            message=message,
-            tools_also_allow=tools_also_allow,
-            prompt_mode=prompt_mode,
-            disable_tools=disable_tools,
-            provider=provider,
-            model=model,
-            extra_system_prompt=extra_system_prompt,
-            deliver=deliver or announce_to is not None,
-            announce_to=announce_to,
-            idempotency_key=idempotency_key,
-        )
-
-    async def wait_for_run(self, run_id: str, *, timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS) -> WaitResult:
-        """``api.runtime.subagent.wait_for_run`` while the handler runs."""
-        self._check()
-        return await self._base.wait_for_run(run_id, timeout_ms=timeout_ms)
-
-    async def get_session_messages(self, session_key: str, *, limit: int = 50) -> SessionMessages:
-        """``api.runtime.subagent.get_session_messages`` while the handler runs."""
-        self._check()
-        return await self._base.get_session_messages(session_key, limit=limit)
-
-    async def delete_session(self, session_key: str) -> bool:
-        """``api.runtime.subagent.delete_session`` while the handler runs."""
-        self._check()
-        return await self._base.delete_session(session_key)
+            return self._requester
+        return super()._completion_target(completion_delivery)

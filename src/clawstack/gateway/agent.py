@@ -299,9 +299,7 @@ class AgentLoop:
         if disable_tools:
             return []
         extra = frozenset(also_allow)
-        candidates = [
-            name for name in self._registry.names() if name in extra or self._registry.owner(name) is None
-        ]
+        candidates = [name for name in self._registry.names() if name in extra or self._registry.owner(name) is None]
         layers = [ToolPolicy.from_config(self._agent(agent_id).tools)]
         if tools_allow is not None:
             layers.append(ToolPolicy(tools_allow))

@@ -60,12 +60,14 @@ __all__ = [
     "DEFAULT_PORT",
     "IGNORED_KEYS",
     "MAIN_AGENT_ID",
+    "MIN_WEBHOOK_SECRET_LENGTH",
     "OPERATOR_ROLES",
     "TOOL_GROUPS",
     "AgentDefaults",
     "AgentEntry",
     "AgentsConfig",
     "ChannelLink",
+    "ChannelsConfig",
     "CronConfig",
     "GatewayAuth",
     "GatewayConfig",
@@ -83,6 +85,8 @@ __all__ = [
     "ProviderModel",
     "SubagentDefaults",
     "ToolPolicy",
+    "WebhookChannelConfig",
+    "WebhookOutbound",
     "expand_tool_names",
     "load_config",
     "parse_config",
@@ -109,6 +113,9 @@ TOOL_GROUPS: Mapping[str, frozenset[str]] = MappingProxyType(
     }
 )
 
+#: The shortest ``channels.webhook.secret`` accepted: a much shorter HMAC key could be guessed.
+MIN_WEBHOOK_SECRET_LENGTH = 16
+
 #: The roles an operator may hold.
 OPERATOR_ROLES: tuple[str, ...] = ("operator.admin", "operator.read", "operator.write")
 
@@ -128,6 +135,8 @@ _PLUGIN_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _CHANNEL = re.compile(r"[a-z0-9-]{1,64}")
 _HOOKS_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+")
+#: A channel sender id becomes a session-key segment (``agent:<id>:channel:webhook:<sender>``), so it follows that rule.
+_SENDER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 _ENV_REF = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_$-]+")
 _JSON5_POSITION = re.compile(r"^<string>:(\d+) .* at column (\d+)$", re.DOTALL)
@@ -210,6 +219,14 @@ def _check_hooks_path(value: str) -> str:
 def _check_no_space(value: str) -> str:
     if not value or any(c.isspace() for c in value):
         raise ValueError("must be non-empty and contain no whitespace")
+    return value
+
+
+def _check_sender_pattern(value: str) -> str:
+    if value != "*" and not _SENDER_ID.fullmatch(value):
+        raise ValueError(
+            'must be "*" or a sender id: an ASCII letter or digit, then up to 127 ASCII letters, digits and ._@+-'
+        )
     return value
 
 
@@ -466,6 +483,35 @@ class Operator(_Section):
     links: tuple[ChannelLink, ...] = ()
 
 
+class WebhookOutbound(_Section):
+    """``channels.webhook.outbound``: where the channel's replies are POSTed, and how long one attempt may take."""
+
+    url: Annotated[StrictStr, AfterValidator(_check_base_url)]
+    timeout_seconds: Annotated[StrictInt, Field(ge=1, le=300)] = 10
+
+
+class WebhookChannelConfig(_Section):
+    """``channels.webhook``: the signed local webhook channel; ``secret`` is required when enabled."""
+
+    enabled: StrictBool = False
+    secret: SecretStr | None = None
+    path: Annotated[StrictStr, AfterValidator(_check_hooks_path)] = "/channels/webhook"
+    agent_id: AgentId = MAIN_AGENT_ID
+    allow_from: tuple[Annotated[StrictStr, AfterValidator(_check_sender_pattern)], ...] = ()
+    outbound: WebhookOutbound | None = None
+    max_skew_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
+
+    def allows(self, sender_id: str) -> bool:
+        """Whether ``sender_id`` passes the channel's command authorization (``allowFrom``; ``"*"`` is everyone)."""
+        return "*" in self.allow_from or sender_id in self.allow_from
+
+
+class ChannelsConfig(_Section):
+    """``channels``: the built-in channel adapters (Gateway chat needs no entry)."""
+
+    webhook: WebhookChannelConfig = WebhookChannelConfig()
+
+
 class GatewayConfig(_Section):
     """The whole gateway config. Build it with :func:`load_config` or :func:`parse_config`."""
 
@@ -477,6 +523,7 @@ class GatewayConfig(_Section):
     cron: CronConfig = CronConfig()
     gateway: GatewaySection
     operators: tuple[Operator, ...] = ()
+    channels: ChannelsConfig = ChannelsConfig()
 
     _ignored_keys: tuple[str, ...] = PrivateAttr(default=())
 
@@ -760,7 +807,9 @@ def _cross_checks(config: GatewayConfig) -> list[ConfigProblem]:
     if config.hooks.enabled and config.hooks.token is None:
         add(["hooks", "token"], "required when hooks.enabled is true")
     if config.hooks.enabled and config.cron.max_concurrent < 2:
-        add(["cron", "maxConcurrent"], "must be at least 2 when hooks.enabled is true (one slot is kept for HTTP hooks)")
+        add(
+            ["cron", "maxConcurrent"], "must be at least 2 when hooks.enabled is true (one slot is kept for HTTP hooks)"
+        )
     auth = config.gateway.auth
     other = "password" if auth.mode == "token" else "token"
     if getattr(auth, auth.mode) is None:
@@ -786,4 +835,32 @@ def _cross_checks(config: GatewayConfig) -> list[ConfigProblem]:
                 )
             else:
                 links[key] = operator.name
+    problems += _channel_checks(config)
+    return problems
+
+
+def _channel_checks(config: GatewayConfig) -> list[ConfigProblem]:
+    webhook = config.channels.webhook
+    path = ["channels", "webhook"]
+    problems: list[ConfigProblem] = []
+
+    def add(key: list[str | int], message: str) -> None:
+        problems.append(ConfigProblem(_format_path([*path, *key]), message))
+
+    if webhook.secret is None:
+        if webhook.enabled:
+            add(["secret"], "required when channels.webhook.enabled is true")
+    elif len(webhook.secret.get_secret_value()) < MIN_WEBHOOK_SECRET_LENGTH:
+        add(["secret"], f"must be at least {MIN_WEBHOOK_SECRET_LENGTH} characters")
+    if webhook.agent_id not in config.agents.entries:
+        add(["agentId"], f"unknown agent {json.dumps(webhook.agent_id)}")
+    if webhook.path == "/ws":
+        add(["path"], "collides with the WebSocket endpoint /ws")
+    elif config.hooks.enabled and webhook.path == f"{config.hooks.path}/agent":
+        add(["path"], "collides with the HTTP hooks endpoint (hooks.path + /agent)")
+    seen: set[str] = set()
+    for i, sender in enumerate(webhook.allow_from):
+        if sender in seen:
+            add(["allowFrom", i], f"duplicate sender id {json.dumps(sender)}")
+        seen.add(sender)
     return problems

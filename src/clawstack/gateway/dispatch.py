@@ -28,15 +28,29 @@ __all__ = [
     "EXTERNAL_CONTENT_NOTICE",
     "GATEWAY_OPERATOR",
     "ChannelOutbox",
-    "Requester", "RunHost", "RunRequest", "SessionOwnerError", "StartStatus", "StartedRun", "TurnOptions",
+    "IdempotencyConflictError",
+    "Requester",
+    "RunHost",
+    "RunRequest",
+    "SessionOwnerError",
+    "StartStatus",
+    "StartedRun",
+    "TurnOptions",
     "wrap_external_content",
 ]
+
+
+class IdempotencyConflictError(GatewayError):
+    """An idempotency key already started a run on this session with a different message."""
+
+    code = "idempotency_conflict"
 
 
 class SessionOwnerError(GatewayError):
     """A run asked for a session owned by someone else (``RunRequest.owner`` differs from the session's)."""
 
     code = "session_owner_mismatch"
+
 
 #: The operator a Gateway chat client authenticated with the gateway's token or password acts as.
 GATEWAY_OPERATOR: Final = "gateway"
@@ -64,7 +78,9 @@ class Requester:
     ``channel`` is ``"gateway"`` for Gateway chat (a WebSocket client) or a channel adapter's name (``"webhook"``).
     ``operator`` is the operator whose authority the request carries (a Gateway client authenticated with the
     gateway's secret is the ``"gateway"`` operator; a channel sender carries one only through a channel identity
-    link to an operator holding ``operator.admin``). ``sender_id`` is the channel's verified sender id.
+    link to an operator holding ``operator.admin``, and only when it also passes the channel's command
+    authorization). ``sender_id`` is the channel's verified sender id. ``authenticated`` says whether the sender
+    passed that authorization (Gateway chat clients always do).
     """
 
     session_key: str
@@ -149,6 +165,9 @@ def wrap_external_content(text: str, *, source: str, name: str | None = None) ->
 class ChannelOutbox(Protocol):
     """A channel adapter's outbound side: how an announcement reaches a requester on that channel."""
 
-    async def deliver(self, to: Requester, text: str) -> None:
-        """Send ``text`` to the requester's sender on this channel; failures are the adapter's to report."""
+    async def deliver(self, to: Requester, text: str, *, run_id: str | None = None) -> None:
+        """Send ``text`` to the requester's sender on this channel; failures are the adapter's to report.
+
+        ``run_id`` is the run the text answers (a run's final answer, or ``<run_id>:announce`` for an announcement).
+        """
         ...

@@ -19,6 +19,10 @@ Plugins: :meth:`GatewayServer.start` loads the plugins on ``plugins.load.paths``
 reported in :attr:`GatewayServer.plugins`; the gateway still starts), and :meth:`GatewayServer.stop` retires them.
 A ``chat.send`` whose message is ``/<name> [args]`` naming a registered plugin command runs that command instead
 of an agent turn, under the same run contract; an unknown ``/<name>`` is an ordinary agent turn.
+
+Channels: with ``channels.webhook.enabled``, ``POST <channels.webhook.path>`` takes signed messages from a bridge
+(:mod:`clawstack.gateway.channels`); each runs like a ``chat.send`` on the sender's channel session, with the
+sender's channel authority, and its final answer (and announcements to that sender) go back out on the channel.
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentEvent, AgentLoop, LLMFactory, TurnResult, default_llm_factory
+from clawstack.gateway.channels import WebhookChannel, WebhookError
 from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
     ChannelOutbox,
+    IdempotencyConflictError,
     Requester,
     RunRequest,
     SessionOwnerError,
@@ -99,6 +105,9 @@ __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
 #: The largest body ``POST <hooks.path>/agent`` accepts.
 _HOOK_MAX_BODY: Final = 256 * 1024
 
+#: The oldest protocol a client may probe with (``details.minimumProbeProtocol`` of a mismatch), as on OpenClaw.
+MINIMUM_PROBE_PROTOCOL: Final = 3
+
 #: How long a new connection has to send ``connect`` before it is closed (1008).
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 
@@ -106,6 +115,7 @@ DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 STORE_FILE: Final = "sessions.sqlite3"
 
 _CLOSE_NORMAL: Final = 1000
+_CLOSE_PROTOCOL: Final = 1002
 _CLOSE_POLICY: Final = 1008
 _CLOSE_RESTART: Final = 1012
 
@@ -268,6 +278,7 @@ class GatewayServer:
         self._connections: set[_Connection] = set()
         self._runs: dict[str, _ChatRun] = {}
         self._channels: dict[str, ChannelOutbox] = {}
+        self._webhook: WebhookChannel | None = None
         self.interrupted_run_ids: tuple[str, ...] = ()
         """The runs a previous process left in flight, recorded ``interrupted`` by :meth:`start`."""
 
@@ -280,6 +291,11 @@ class GatewayServer:
     def plugins(self) -> tuple[LoadedPlugin, ...]:
         """Every plugin found at start (``loaded``, ``failed`` with its error, or ``disabled``), by id."""
         return () if self._plugins is None else self._plugins.plugins
+
+    @property
+    def channels(self) -> Mapping[str, ChannelOutbox]:
+        """The channel adapters by name (``"webhook"`` when ``channels.webhook.enabled``), a copy."""
+        return dict(self._channels)
 
     @property
     def port(self) -> int:
@@ -340,6 +356,10 @@ class GatewayServer:
             app.router.add_get("/ws", self._handle)
             if self._config.hooks.enabled:
                 app.router.add_post(f"{self._config.hooks.path}/agent", self._hook_agent)
+            webhook = self._config.channels.webhook
+            if webhook.enabled:
+                self._webhook = self._channels["webhook"] = WebhookChannel(self._config, clock=self._clock)
+                app.router.add_post(webhook.path, self._webhook_inbound)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self._config.gateway.bind_host, self._config.gateway.port)
@@ -372,6 +392,8 @@ class GatewayServer:
             await asyncio.wait(writers, timeout=_CLOSE_TIMEOUT_S)
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._webhook is not None:
+            await self._webhook.aclose()
         if self._plugins is not None:
             self._plugins.retire_all()
         if self._agent is not None:
@@ -441,10 +463,16 @@ class GatewayServer:
             return False
         try:
             params = parse_params(ConnectParams, "connect", frame.params)
-            self._check_protocol(params)
         except ProtocolError as exc:
             conn.send(response_error(frame.id, exc))
             conn.close(_CLOSE_NORMAL, "invalid connect")
+            return False
+        try:
+            self._check_protocol(params)
+        except ProtocolError as exc:
+            # As OpenClaw 2026.9.6 does: the answer, then close 1002 "protocol mismatch".
+            conn.send(response_error(frame.id, exc))
+            conn.close(_CLOSE_PROTOCOL, "protocol mismatch")
             return False
         auth_error = self._check_auth(params)
         if auth_error is not None:
@@ -467,6 +495,7 @@ class GatewayServer:
                     "clientMinProtocol": params.minProtocol,
                     "clientMaxProtocol": params.maxProtocol,
                     "expectedProtocol": PROTOCOL_VERSION,
+                    "minimumProbeProtocol": MINIMUM_PROBE_PROTOCOL,
                 },
             )
 
@@ -581,7 +610,12 @@ class GatewayServer:
         requester = Requester(
             key, parsed.agent_id, "gateway", authenticated=True, operator=GATEWAY_OPERATOR, scopes=conn.scopes
         )
-        started = await self._start(request, requester=requester, command=command, command_args=command_args)
+        try:
+            started = await self._start(request, requester=requester, command=command, command_args=command_args)
+        except IdempotencyConflictError as exc:
+            raise ProtocolError(
+                "INVALID_REQUEST", exc.message, details={"code": exc.code, "reason": "chat-request-conflict"}
+            ) from None
         return {"runId": started.run_id, "status": started.status}
 
     async def start_run(self, request: RunRequest) -> StartedRun:
@@ -610,14 +644,19 @@ class GatewayServer:
         run_id = idem if requester is not None and idem is not None else new_uuid()
         in_flight = self._in_flight(key, idem, run_id)
         if in_flight is not None:
+            _check_same_request(in_flight.message, request.message)
             return StartedRun(in_flight.run_id, key, "in_flight")
         store = self._require_store()
         if idem is not None:
             existing = await asyncio.to_thread(store.find_by_idempotency_key, key, idem)
             in_flight = self._in_flight(key, idem, run_id)
             if in_flight is not None:
+                _check_same_request(in_flight.message, request.message)
                 return StartedRun(in_flight.run_id, key, "in_flight")
             if existing is not None:
+                first = await asyncio.to_thread(store.find_message, key, f"{existing.run_id}:user")
+                if first is not None:
+                    _check_same_request(first.content, request.message)
                 return StartedRun(existing.run_id, key, _finished_status(existing))
         # Claim the id before the next await, so a concurrent duplicate sees it in flight.
         run = _ChatRun(run_id, request, requester, command=command, command_args=command_args)
@@ -639,7 +678,7 @@ class GatewayServer:
 
     def _in_flight(self, session_key: str, idempotency_key: str | None, run_id: str) -> _ChatRun | None:
         run = self._runs.get(run_id)
-        if run is not None:
+        if run is not None and run.session_key == session_key:
             return run
         if idempotency_key is None:
             return None
@@ -707,9 +746,28 @@ class GatewayServer:
             "totalMessages": page.total,
             "sessionInfo": {"key": key, "hasActiveRun": bool(active), "activeRunIds": active},
         }
+        if session is not None:
+            result["sessionInfo"].update(
+                {"agentId": session.agent_id, "createdAt": session.created_at_ms, "updatedAt": session.updated_at_ms}
+            )
+            defaults = self._model_defaults(session.agent_id)
+            if defaults is not None:
+                result["defaults"] = defaults
         if page.has_more:
             result["nextOffset"] = params.offset + len(page.messages)
         return result
+
+    def _model_defaults(self, agent_id: str) -> dict[str, Any] | None:
+        """``chat.history``'s ``defaults``: the provider, model and context window the agent's turns start on."""
+        try:
+            ref = self._config.agent_model(agent_id).chain[0]
+            _, model = self._config.resolve_model(ref)
+        except (KeyError, ValueError):
+            return None
+        defaults: dict[str, Any] = {"modelProvider": ref.split("/", 1)[0], "model": model.id}
+        if model.context_window is not None:
+            defaults["contextTokens"] = model.context_window
+        return defaults
 
     async def _chat_abort(self, params: ChatAbortParams) -> Mapping[str, Any]:
         key = _session_key(params.sessionKey)
@@ -787,6 +845,37 @@ class GatewayServer:
             message = exc.message if isinstance(exc, GatewayError | ProtocolError) else "invalid request body"
             return web.json_response({"ok": False, "error": message}, status=400)
         return web.json_response({"ok": True, "runId": started.run_id}, status=202)
+
+    # -- channels ------------------------------------------------------------------------------------------------
+
+    async def _webhook_inbound(self, request: web.Request) -> web.Response:
+        """``POST <channels.webhook.path>``: a signed channel message, run like ``chat.send`` on its sender's session.
+
+        Answers 202 ``{ok: true, runId, status}`` (a redelivered ``messageId`` gets its first run); 202
+        ``{ok: false, error}`` for a command the sender may not run (the refusal also goes out on the channel);
+        401/400/413 ``{ok: false, error: {code, message}}`` for an unsigned, malformed or oversized request, with
+        nothing recorded; 409 for a redelivered ``messageId`` with different text; 503 while the gateway is stopping.
+        """
+        channel = self._webhook
+        assert channel is not None  # the route exists only with the channel
+        try:
+            inbound = await channel.receive(request)
+        except WebhookError as exc:
+            return web.json_response({"ok": False, "error": exc.to_dict()}, status=exc.status)
+        try:
+            command, args = self._find_command(inbound.text, authenticated=inbound.requester.authenticated)
+        except ProtocolError as exc:
+            return web.json_response(channel.refuse(inbound, exc), status=202)
+        try:
+            started = await self._start(
+                inbound.run_request, requester=inbound.requester, command=command, command_args=args
+            )
+        except IdempotencyConflictError as exc:
+            return web.json_response({"ok": False, "error": exc.to_dict()}, status=409)
+        except GatewayError as exc:
+            error = {"code": "unavailable", "message": exc.message}
+            return web.json_response({"ok": False, "error": error}, status=503)
+        return web.json_response({"ok": True, "runId": started.run_id, "status": started.status}, status=202)
 
     # -- runs ----------------------------------------------------------------------------------------------------
 
@@ -868,6 +957,7 @@ class GatewayServer:
             )
             if request.announce_to is not None and request.deliver:
                 await self._announce(request.announce_to, run, result.text)
+            await self._reply_on_channel(run, result.text)
         else:
             error = result.error
             self._broadcast_chat(
@@ -889,7 +979,16 @@ class GatewayServer:
         store = self._require_store()
         await asyncio.to_thread(store.mark_running, run.run_id)
         await self._append_user(run)
-        context = CommandContext(command.plugin_id, command.name, run.command_args, authenticated=True)
+        requester = run.requester
+        context = CommandContext(
+            command.plugin_id,
+            command.name,
+            run.command_args,
+            authenticated=True if requester is None else requester.authenticated,
+            channel="gateway" if requester is None else requester.channel,
+            sender_id=None if requester is None else requester.sender_id,
+            operator=GATEWAY_OPERATOR if requester is None else requester.operator,
+        )
         try:
             reply = await command.handler(context)
         except Exception as exc:
@@ -956,7 +1055,14 @@ class GatewayServer:
         )
         channel = self._channels.get(to.channel)
         if channel is not None:
-            await channel.deliver(to, body)
+            await channel.deliver(to, body, run_id=announce.run_id)
+
+    async def _reply_on_channel(self, run: _ChatRun, text: str) -> None:
+        """Send a channel run's final answer back on the channel it came in on (Gateway chat has its events)."""
+        requester = run.requester
+        channel = None if requester is None else self._channels.get(requester.channel)
+        if channel is not None and requester is not None:
+            await channel.deliver(requester, text, run_id=run.run_id)
 
     def _record_aborted(self, run_id: str) -> None:
         store = self._require_store()
@@ -1045,6 +1151,12 @@ class GatewayServer:
 
 def _assistant(text: str, timestamp_ms: int) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "text", "text": text}], "timestamp": timestamp_ms}
+
+
+def _check_same_request(first: object, again: str) -> None:
+    """A replayed idempotency key must carry the message it first came with."""
+    if first != again:
+        raise IdempotencyConflictError("this idempotency key already started a run with a different message")
 
 
 def _finished_status(run: Run) -> StartStatus:

@@ -788,6 +788,20 @@ class SessionStore:
             ).fetchone()
         return None if row is None else _session_from_row(row)
 
+    def find_message(self, key: str, idempotency_key: str) -> Message | None:
+        """The live session's message recorded with ``idempotency_key``, or ``None``."""
+        text = str(parse_session_key(key))
+        _check_text(idempotency_key, "idempotency_key", optional=False, max_length=MAX_ID_LENGTH * 2)
+        with self._read() as db:
+            session = self._live(db, text)
+            if session is None:
+                return None
+            row = db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id=? AND idempotency_key=?",
+                (session.session_id, idempotency_key),
+            ).fetchone()
+        return None if row is None else _message_from_row(row)
+
     def run_messages(self, run_id: str) -> builtins.list[Message]:
         """The transcript messages ``run_id`` appended, in order."""
         _check_text(run_id, "run_id", optional=False, max_length=MAX_ID_LENGTH)

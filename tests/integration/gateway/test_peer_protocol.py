@@ -184,12 +184,15 @@ async def test_protocol_mismatch_is_refused_and_closed(peer: Peer, http: aiohttp
     assert res["ok"] is False
     error = res["error"]
     assert (error["code"], error["message"]) == ("INVALID_REQUEST", "protocol mismatch")
-    # The real gateway adds minimumProbeProtocol: 3.
-    expected = {"code": "PROTOCOL_MISMATCH", "clientMinProtocol": 1, "clientMaxProtocol": 3, "expectedProtocol": 4}
-    assert expected.items() <= error["details"].items()
-    # The reference records close code 1000 and clawstack sends 1000; the real gateway 2026.9.6 sends 1002
-    # ("protocol mismatch") to this client. Both close right after the answer.
-    assert await client.wait_for_close() in (1000, 1002)
+    assert error["details"] == {
+        "code": "PROTOCOL_MISMATCH",
+        "clientMinProtocol": 1,
+        "clientMaxProtocol": 3,
+        "expectedProtocol": 4,
+        "minimumProbeProtocol": 3,
+    }
+    # The reference document says close 1000; the real gateway 2026.9.6 closes with 1002, and so do we.
+    assert await client.wait_for_close() == 1002
 
 
 async def test_unknown_client_id_is_refused(peer: Peer, http: aiohttp.ClientSession) -> None:
@@ -244,6 +247,11 @@ async def test_chat_send_runs_once_per_idempotency_key(
     assert final["payload"]["state"] == "final", final
     after = await client.request("chat.send", params)
     assert after["payload"] == {"runId": run_id, "status": "ok"}
+    # The same key with another message is a conflict, never a second run.
+    conflict = await client.request("chat.send", {**params, "message": f"pong {run_id}"})
+    assert conflict["ok"] is False
+    assert conflict["error"]["code"] == "INVALID_REQUEST"
+    assert conflict["error"]["details"]["reason"] == "chat-request-conflict"
     assert await asyncio.to_thread(fake.completions_mentioning, run_id) == 1
     assert len([c for c in client.run_events("chat", run_id) if c["state"] == "final"]) == 1
     await client.ws.close()

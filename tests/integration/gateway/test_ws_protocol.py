@@ -279,9 +279,15 @@ async def test_protocol_mismatch(server: GatewayServer, http: aiohttp.ClientSess
     assert res["error"] == {
         "code": "INVALID_REQUEST",
         "message": "protocol mismatch",
-        "details": {"code": "PROTOCOL_MISMATCH", "clientMinProtocol": 1, "clientMaxProtocol": 3, "expectedProtocol": 4},
+        "details": {
+            "code": "PROTOCOL_MISMATCH",
+            "clientMinProtocol": 1,
+            "clientMaxProtocol": 3,
+            "expectedProtocol": 4,
+            "minimumProbeProtocol": 3,
+        },
     }
-    assert await client.wait_for_close() == 1000
+    assert await client.wait_for_close() == 1002
 
 
 @pytest.mark.parametrize(
@@ -541,7 +547,15 @@ async def test_chat_send_streams_deltas_and_final(
     assert page["sessionKey"] == KEY
     uuid.UUID(page["sessionId"])
     assert (page["hasMore"], page["totalMessages"]) == (False, 2)
-    assert page["sessionInfo"] == {"key": KEY, "hasActiveRun": False, "activeRunIds": []}
+    info = page["sessionInfo"]
+    assert {k: info[k] for k in ("key", "hasActiveRun", "activeRunIds", "agentId")} == {
+        "key": KEY,
+        "hasActiveRun": False,
+        "activeRunIds": [],
+        "agentId": "main",
+    }
+    assert info["updatedAt"] >= info["createdAt"]
+    assert page["defaults"] == {"modelProvider": "fake", "model": "fake-model"}
     user, assistant = page["messages"]
     assert user["role"] == "user"
     assert user["content"] == "ping\n@fake reply: pong from fake"
@@ -576,7 +590,8 @@ async def test_same_idempotency_key_never_starts_a_second_run(
     again = await client.request("chat.send", params)
     assert again["payload"] == {"runId": "key-1", "status": "in_flight"}
     history = await client.request("chat.history", {"sessionKey": KEY})
-    assert history["payload"]["sessionInfo"] == {"key": KEY, "hasActiveRun": True, "activeRunIds": ["key-1"]}
+    info = history["payload"]["sessionInfo"]
+    assert (info["hasActiveRun"], info["activeRunIds"]) == (True, ["key-1"])
     await client.wait_for_chat("key-1", "final")
     after = await client.request("chat.send", params)
     assert after["payload"] == {"runId": "key-1", "status": "ok"}
@@ -638,14 +653,19 @@ async def test_abort_of_a_queued_run(server: GatewayServer, http: aiohttp.Client
 
 async def test_model_failure_sends_error_event(server: GatewayServer, http: aiohttp.ClientSession) -> None:
     client = await connected(http, server.port)
-    await client.request("chat.send", {"sessionKey": KEY, "message": "@fake fail: 400", "idempotencyKey": "bad"})
+    params = {"sessionKey": KEY, "message": "@fake fail: 400", "idempotencyKey": "bad"}
+    await client.request("chat.send", params)
     error = await client.wait_for_chat("bad", "error")
     assert error["payload"]["errorKind"] == "error"
     assert error["payload"]["errorMessage"]
     assert set(error["payload"]["errorDetail"]) == {"code", "message"}
-    assert (await client.request("chat.send", {"sessionKey": KEY, "message": "x", "idempotencyKey": "bad"}))["payload"][
-        "status"
-    ] == "error"
+    assert (await client.request("chat.send", params))["payload"]["status"] == "error"
+    conflict = await client.request("chat.send", {**params, "message": "x"})
+    assert conflict["error"] == {
+        "code": "INVALID_REQUEST",
+        "message": "this idempotency key already started a run with a different message",
+        "details": {"code": "idempotency_conflict", "reason": "chat-request-conflict"},
+    }
 
 
 async def test_subscribers_receive_the_session_events(server: GatewayServer, http: aiohttp.ClientSession) -> None:

@@ -262,12 +262,22 @@ class PluginLifetime:
 
 @dataclass(frozen=True, slots=True)
 class CommandContext:
-    """What a command handler receives: the text after the command name (``""`` without ``accepts_args``)."""
+    """What a command handler receives: the text after the command name (``""`` without ``accepts_args``).
+
+    ``channel`` is where the command came in (``"gateway"`` for Gateway chat, ``"webhook"``, …); ``sender_id`` is
+    the channel's verified sender (``None`` on Gateway chat); ``authenticated`` says whether the sender passed the
+    channel's command authorization. ``operator`` is the operator whose authority the command carries: the
+    ``"gateway"`` operator on Gateway chat; on a channel, the operator a channel identity link ties an authorized
+    sender to while that operator holds ``operator.admin``; otherwise ``None``.
+    """
 
     plugin_id: str
     name: str
     args: str
     authenticated: bool
+    channel: str = "gateway"
+    sender_id: str | None = None
+    operator: str | None = None
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]

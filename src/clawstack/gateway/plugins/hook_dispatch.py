@@ -130,7 +130,9 @@ class HookDispatcher:
             or not math.isfinite(timeout_seconds)
             or not 0 < timeout_seconds <= MAX_HOOK_TIMEOUT_S
         ):
-            return _refuse("invalid_argument", f"timeout_seconds must be a number above 0, at most {MAX_HOOK_TIMEOUT_S}")
+            return _refuse(
+                "invalid_argument", f"timeout_seconds must be a number above 0, at most {MAX_HOOK_TIMEOUT_S}"
+            )
         if idempotency_key is not None and (
             not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > _MAX_IDEMPOTENCY_KEY
         ):

@@ -17,6 +17,7 @@ from clawstack.gateway.errors import (
 )
 from clawstack.gateway.keys import SessionKey, SessionKeyError, normalize_agent_id, parse_session_key
 from clawstack.gateway.lanes import LaneError, Lanes
+from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.server import GatewayServer
 from clawstack.gateway.sessions import SessionError, SessionStore
 from clawstack.gateway.tools import Tool, ToolPolicy, ToolRegistry
@@ -30,6 +31,7 @@ __all__ = [
     "GatewayConfigSyntaxError",
     "GatewayConfigUnreadableError",
     "GatewayError",
+    "GatewayRuns",
     "GatewayServer",
     "LaneError",
     "Lanes",

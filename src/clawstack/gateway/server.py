@@ -9,10 +9,11 @@ sends requests; the server answers each in order and pushes events. Every outgoi
 connection's queue, written by one task, so events keep their ``seq`` order and a slow reader never stalls a run;
 a connection whose unsent output passes ``max_buffered_bytes`` is closed (1008).
 
-Chat runs: ``chat.send`` records the run (its id is the idempotency key) before answering ``started``, then runs
-the turn on the ``main`` lane, one run per session at a time. Its events go to every connection subscribed to the
-session. ``chat.abort`` cancels the run's task and answers once the run is recorded ``aborted`` and the
-``aborted`` event is sent. :meth:`GatewayServer.stop` aborts runs in flight, then closes connections with 1012.
+Runs: every run (``chat.send``, channel messages, plugin and hook turns) belongs to the server's
+:class:`~clawstack.gateway.runner.GatewayRuns`. ``chat.send`` starts one there (its id is the idempotency key) and
+answers ``started``; its events go to every connection subscribed to the session. ``chat.abort`` answers once the
+run is recorded ``aborted`` and the ``aborted`` event is sent. :meth:`GatewayServer.stop` aborts runs in flight,
+then closes connections with 1012. ``POST <hooks.path>/agent`` (with ``hooks.enabled``) starts an HTTP hook turn.
 
 Plugins: :meth:`GatewayServer.start` loads the plugins on ``plugins.load.paths`` and ``plugin_paths`` with one
 :class:`~clawstack.gateway.plugins.SubagentCompleter` on the server's lanes (a plugin that fails to load is
@@ -28,13 +29,12 @@ sender's channel authority, and its final answer (and announcements to that send
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -44,7 +44,7 @@ from aiohttp import WSMsgType, web
 from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
-from clawstack.gateway.agent import AgentEvent, AgentLoop, LLMFactory, TurnResult, default_llm_factory
+from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
 from clawstack.gateway.channels import WebhookChannel, WebhookError
 from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.dispatch import (
@@ -53,9 +53,6 @@ from clawstack.gateway.dispatch import (
     IdempotencyConflictError,
     Requester,
     RunRequest,
-    SessionOwnerError,
-    StartedRun,
-    StartStatus,
     TurnOptions,
     wrap_external_content,
 )
@@ -63,7 +60,6 @@ from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins import (
-    CommandContext,
     HookDispatcher,
     LoadedPlugin,
     PluginLoader,
@@ -97,7 +93,8 @@ from clawstack.gateway.protocol import (
     response_error,
     response_ok,
 )
-from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
+from clawstack.gateway.runner import GatewayRuns
+from clawstack.gateway.sessions import Message, SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
@@ -201,38 +198,6 @@ class _Connection:
                 return
 
 
-@dataclass(eq=False)
-class _ChatRun:
-    """A run in flight: its request, task, the last ``seq`` of its events, and who waits for its end.
-
-    ``requester`` is set for runs that came in on a channel (Gateway chat, a channel adapter): their text may be a
-    plugin command, and dispatch hooks see them. Background runs (``subagent.run``, hook turns) have none.
-    """
-
-    run_id: str
-    request: RunRequest
-    requester: Requester | None = None
-    task: asyncio.Task[None] | None = None
-    seq: int = 0
-    text: str = ""
-    command: RegisteredCommand | None = None
-    command_args: str = ""
-    started: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def session_key(self) -> str:
-        return self.request.session_key
-
-    @property
-    def agent_id(self) -> str:
-        return self.request.agent_id
-
-    @property
-    def message(self) -> str:
-        return self.request.message
-
-
 class GatewayServer:
     """The gateway's WebSocket server; see the module docstring.
 
@@ -276,7 +241,7 @@ class GatewayServer:
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._connections: set[_Connection] = set()
-        self._runs: dict[str, _ChatRun] = {}
+        self._runs: GatewayRuns | None = None
         self._channels: dict[str, ChannelOutbox] = {}
         self._webhook: WebhookChannel | None = None
         self.interrupted_run_ids: tuple[str, ...] = ()
@@ -296,6 +261,23 @@ class GatewayServer:
     def channels(self) -> Mapping[str, ChannelOutbox]:
         """The channel adapters by name (``"webhook"`` when ``channels.webhook.enabled``), a copy."""
         return dict(self._channels)
+
+    @property
+    def runs(self) -> GatewayRuns:
+        """Every run of this gateway (the run host); only while the server runs."""
+        return self._require_runs()
+
+    @property
+    def store(self) -> SessionStore:
+        """The session store; only while the server runs."""
+        return self._require_store()
+
+    @property
+    def lanes(self) -> Lanes:
+        """The lanes runs are scheduled on; only while the server runs."""
+        if self._lanes is None:
+            raise RuntimeError("the gateway server is not started")
+        return self._lanes
 
     @property
     def port(self) -> int:
@@ -340,13 +322,22 @@ class GatewayServer:
                 reserve_one={"cron"} if self._config.hooks.enabled else frozenset(),
             )
             self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory)
+            runs = self._runs = GatewayRuns(
+                self._config,
+                store,
+                self._agent,
+                self._lanes,
+                clock=self._clock,
+                publish=self._publish,
+                channels=self._channels,
+            )
             completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)
-            self._plugins = PluginLoader(
+            self._plugins = runs.plugins = PluginLoader(
                 self._config,
                 search_paths=self._plugin_paths,
                 completer=completer,
-                runner=SubagentRunner(self._config, store, self, self._registry, completer),
-                hook_dispatcher=HookDispatcher(self._config, self),
+                runner=SubagentRunner(self._config, store, runs, self._registry, completer),
+                hook_dispatcher=HookDispatcher(self._config, runs),
                 tools=self._registry,
                 build=process_build_info(),
             )
@@ -377,11 +368,8 @@ class GatewayServer:
         if self._state in (ServerState.STOPPING, ServerState.STOPPED):
             return
         self._state = ServerState.STOPPING
-        tasks = [run.task for run in self._runs.values() if run.task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        if self._runs is not None:
+            await self._runs.close()
         writers = []
         for conn in list(self._connections):
             conn.close(_CLOSE_RESTART, "service restart")
@@ -611,95 +599,14 @@ class GatewayServer:
             key, parsed.agent_id, "gateway", authenticated=True, operator=GATEWAY_OPERATOR, scopes=conn.scopes
         )
         try:
-            started = await self._start(request, requester=requester, command=command, command_args=command_args)
+            started = await self._require_runs().start(
+                request, requester=requester, command=command, command_args=command_args
+            )
         except IdempotencyConflictError as exc:
             raise ProtocolError(
                 "INVALID_REQUEST", exc.message, details={"code": exc.code, "reason": "chat-request-conflict"}
             ) from None
         return {"runId": started.run_id, "status": started.status}
-
-    async def start_run(self, request: RunRequest) -> StartedRun:
-        """Record and start a background run (:class:`~clawstack.gateway.dispatch.RunHost`)."""
-        parse_session_key(request.session_key)  # SessionKeyError before anything is recorded
-        self._config.agent(request.agent_id)  # KeyError for an unknown agent
-        return await self._start(request)
-
-    async def _start(
-        self,
-        request: RunRequest,
-        *,
-        requester: Requester | None = None,
-        command: RegisteredCommand | None = None,
-        command_args: str = "",
-    ) -> StartedRun:
-        """Record the run and start its task; a replayed idempotency key answers with the first run instead.
-
-        A chat run's id is its idempotency key (as on OpenClaw); other runs get a new id.
-        """
-        if self._state is not ServerState.RUNNING:
-            raise ProtocolError("UNAVAILABLE", "the gateway is not running")
-        key = str(parse_session_key(request.session_key))
-        request = replace(request, session_key=key)
-        idem = request.idempotency_key
-        run_id = idem if requester is not None and idem is not None else new_uuid()
-        in_flight = self._in_flight(key, idem, run_id)
-        if in_flight is not None:
-            _check_same_request(in_flight.message, request.message)
-            return StartedRun(in_flight.run_id, key, "in_flight")
-        store = self._require_store()
-        if idem is not None:
-            existing = await asyncio.to_thread(store.find_by_idempotency_key, key, idem)
-            in_flight = self._in_flight(key, idem, run_id)
-            if in_flight is not None:
-                _check_same_request(in_flight.message, request.message)
-                return StartedRun(in_flight.run_id, key, "in_flight")
-            if existing is not None:
-                first = await asyncio.to_thread(store.find_message, key, f"{existing.run_id}:user")
-                if first is not None:
-                    _check_same_request(first.content, request.message)
-                return StartedRun(existing.run_id, key, _finished_status(existing))
-        # Claim the id before the next await, so a concurrent duplicate sees it in flight.
-        run = _ChatRun(run_id, request, requester, command=command, command_args=command_args)
-        self._runs[run_id] = run
-        created = False
-        try:
-            session = await asyncio.to_thread(store.get_or_create, key, agent_id=request.agent_id, owner=request.owner)
-            if request.owner is not None and session.owner != request.owner:
-                raise SessionOwnerError("the session belongs to someone else")
-            recorded, created = await asyncio.to_thread(store.start_run, run_id, key, idempotency_key=idem)
-        finally:
-            if not created:
-                del self._runs[run_id]
-                run.done.set()
-        if not created:
-            return StartedRun(recorded.run_id, key, _finished_status(recorded))
-        run.task = asyncio.create_task(self._drive(run))
-        return StartedRun(run_id, key, "started")
-
-    def _in_flight(self, session_key: str, idempotency_key: str | None, run_id: str) -> _ChatRun | None:
-        run = self._runs.get(run_id)
-        if run is not None and run.session_key == session_key:
-            return run
-        if idempotency_key is None:
-            return None
-        for run in self._runs.values():
-            if run.session_key == session_key and run.request.idempotency_key == idempotency_key:
-                return run
-        return None
-
-    async def wait_run(self, run_id: str, timeout_s: float) -> Run | None:
-        """Wait up to ``timeout_s`` for the run to end and return its record (:class:`RunHost`)."""
-        run = self._runs.get(run_id)
-        if run is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    await run.done.wait()
-        return await asyncio.to_thread(self._require_store().get_run, run_id)
-
-    def is_queued(self, run_id: str) -> bool:
-        """Whether the run is in flight and still waiting for its session or a lane slot (:class:`RunHost`)."""
-        run = self._runs.get(run_id)
-        return run is not None and not run.started
 
     def _find_command(self, message: str, *, authenticated: bool) -> tuple[RegisteredCommand | None, str]:
         """The plugin command ``message`` invokes and its arguments, or ``(None, "")`` for an agent turn.
@@ -737,7 +644,7 @@ class GatewayServer:
         page = await asyncio.to_thread(
             store.history, key, limit=params.limit, offset=params.offset, max_chars=params.maxChars
         )
-        active = [run.run_id for run in self._runs.values() if run.session_key == key]
+        active = self._require_runs().active_run_ids(key)
         result: dict[str, Any] = {
             "sessionKey": key,
             "sessionId": None if session is None else session.session_id,
@@ -771,22 +678,13 @@ class GatewayServer:
 
     async def _chat_abort(self, params: ChatAbortParams) -> Mapping[str, Any]:
         key = _session_key(params.sessionKey)
-        runs = [
-            run
-            for run in self._runs.values()
-            if run.session_key == key and (params.runId is None or run.run_id == params.runId)
-        ]
-        tasks = [run.task for run in runs if run.task is not None]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
-        return {"ok": True, "aborted": bool(runs), "runIds": [run.run_id for run in runs]}
+        run_ids = await self._require_runs().abort(key, params.runId)
+        return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
 
     async def _sessions_list(self, params: SessionsListParams) -> Mapping[str, Any]:
         store = self._require_store()
         sessions = await asyncio.to_thread(store.list, agent_id=params.agentId, limit=params.limit)
-        busy = {run.session_key for run in self._runs.values()}
+        busy = self._require_runs().busy_sessions()
         rows = [
             {
                 "key": session.key,
@@ -827,7 +725,7 @@ class GatewayServer:
             if not session_key.startswith("hook:"):
                 raise ProtocolError("INVALID_REQUEST", "sessionKey must begin with hook:")
             agent_id = body.agentId or "main"
-            started = await self.start_run(
+            started = await self._require_runs().start_run(
                 RunRequest(
                     session_key=session_key,
                     agent_id=agent_id,
@@ -867,7 +765,7 @@ class GatewayServer:
         except ProtocolError as exc:
             return web.json_response(channel.refuse(inbound, exc), status=202)
         try:
-            started = await self._start(
+            started = await self._require_runs().start(
                 inbound.run_request, requester=inbound.requester, command=command, command_args=args
             )
         except IdempotencyConflictError as exc:
@@ -877,260 +775,18 @@ class GatewayServer:
             return web.json_response({"ok": False, "error": error}, status=503)
         return web.json_response({"ok": True, "runId": started.run_id, "status": started.status}, status=202)
 
-    # -- runs ----------------------------------------------------------------------------------------------------
-
-    async def _drive(self, run: _ChatRun) -> None:
-        """Run the run's turn on its lane; once it has ended, drop it from the runs in flight and wake waiters."""
-        try:
-            await self._drive_turn(run)
-        finally:
-            self._runs.pop(run.run_id, None)
-            run.done.set()
-
-    async def _drive_turn(self, run: _ChatRun) -> None:
-        """Run one turn on the run's lane and send its terminal ``chat`` event."""
-        agent, lanes = self._agent, self._lanes
-        assert agent is not None  # set by start()
-        assert lanes is not None
-        request = run.request
-        options = request.options
-
-        async def on_event(event: AgentEvent) -> None:
-            self._on_agent_event(run, event)
-
-        async def turn() -> TurnResult:
-            run.started = True
-            if run.command is not None:
-                return await self._run_command(run, run.command)
-            if run.requester is not None and self._plugins is not None and self._plugins.hooks.has_dispatch_hooks():
-                claimed = await self._dispatch_hooks(run, run.requester)
-                if claimed is not None:
-                    return claimed
-            return await agent.run_turn(
-                run_id=run.run_id,
-                session_key=run.session_key,
-                agent_id=run.agent_id,
-                message=run.message,
-                extra_system_prompt=options.extra_system_prompt,
-                model=options.model,
-                also_allow=options.also_allow,
-                disable_tools=options.disable_tools,
-                prompt_mode=options.prompt_mode,
-                timeout_s=options.timeout_s,
-                on_event=on_event,
-            )
-
-        try:
-            result = await lanes.run(request.lane, run.session_key, turn, reserved=request.reserved)
-        except asyncio.CancelledError:
-            # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
-            # the cancellation of a started run itself; record it too, and tell subscribers.
-            await asyncio.to_thread(self._record_aborted, run.run_id)
-            self._runs.pop(run.run_id, None)
-            self._broadcast_chat(run, {"state": "aborted", "stopReason": "aborted"})
-            raise
-        except Exception as exc:
-            if isinstance(exc, GatewayError):
-                kind, message = exc.code, exc.message
-            else:
-                _log.exception("chat run %s failed", run.run_id)
-                kind, message = "internal_error", "internal error"
-            self._runs.pop(run.run_id, None)
-            await asyncio.to_thread(self._record_failed, run.run_id, message)
-            self._broadcast_chat(
-                run,
-                {
-                    "state": "error",
-                    "errorMessage": message,
-                    "errorKind": kind,
-                    "errorDetail": {"code": kind, "message": message},
-                },
-            )
-            return
-        self._runs.pop(run.run_id, None)
-        if result.status == "ok":
-            last = await asyncio.to_thread(self._last_assistant, run)
-            stop_reason = "stop" if last is None or last.stop_reason is None else last.stop_reason
-            timestamp = self._now_ms() if last is None else last.timestamp_ms
-            self._broadcast_chat(
-                run, {"state": "final", "stopReason": stop_reason, "message": _assistant(result.text, timestamp)}
-            )
-            if request.announce_to is not None and request.deliver:
-                await self._announce(request.announce_to, run, result.text)
-            await self._reply_on_channel(run, result.text)
-        else:
-            error = result.error
-            self._broadcast_chat(
-                run,
-                {
-                    "state": "error",
-                    "errorMessage": "" if error is None else error.message,
-                    "errorKind": "timeout" if result.status == "timeout" else "error",
-                    "errorDetail": None if error is None else error.to_dict(),
-                },
-            )
-
-    async def _run_command(self, run: _ChatRun, command: RegisteredCommand) -> TurnResult:
-        """Run a plugin command as the chat run: record the user message, the reply and the run's end.
-
-        A handler error is recorded as the run's ``error`` and re-raised, which :meth:`_drive` sends as an ``error``
-        chat event; cancellation propagates (the caller records ``aborted``).
-        """
-        store = self._require_store()
-        await asyncio.to_thread(store.mark_running, run.run_id)
-        await self._append_user(run)
-        requester = run.requester
-        context = CommandContext(
-            command.plugin_id,
-            command.name,
-            run.command_args,
-            authenticated=True if requester is None else requester.authenticated,
-            channel="gateway" if requester is None else requester.channel,
-            sender_id=None if requester is None else requester.sender_id,
-            operator=GATEWAY_OPERATOR if requester is None else requester.operator,
-        )
-        try:
-            reply = await command.handler(context)
-        except Exception as exc:
-            if isinstance(exc, GatewayError):
-                message = f"command /{command.name} failed: [{exc.code}] {exc.message}"
-            else:
-                _log.warning("command /%s of plugin %s raised %s", command.name, command.plugin_id, type(exc).__name__)
-                message = f"command /{command.name} failed: {type(exc).__name__}"
-            await asyncio.to_thread(self._record_failed, run.run_id, message)
-            raise GatewayError(message, code="plugin_command_failed") from exc
-        return await self._record_reply(run, str(reply))
-
-    async def _dispatch_hooks(self, run: _ChatRun, requester: Requester) -> TurnResult | None:
-        """Offer the message to the plugins' dispatch hooks; a claim is recorded as the run's reply."""
-        assert self._plugins is not None
-        claimed = await self._plugins.hooks.dispatch(requester, run.message)
-        if claimed is None:
-            return None
-        await asyncio.to_thread(self._require_store().mark_running, run.run_id)
-        await self._append_user(run)
-        return await self._record_reply(run, claimed[1])
-
-    async def _append_user(self, run: _ChatRun) -> None:
-        user = NewMessage("user", run.message, run_id=run.run_id, idempotency_key=f"{run.run_id}:user")
-        await asyncio.to_thread(self._require_store().append, run.session_key, user)
-
-    async def _record_reply(self, run: _ChatRun, text: str) -> TurnResult:
-        """Record ``text`` as the run's one assistant message and the run as ``ok``."""
-        store = self._require_store()
-        content = [{"type": "text", "text": text}]
-        assistant = NewMessage(
-            "assistant", content, run_id=run.run_id, idempotency_key=f"{run.run_id}:assistant:1", stop_reason="stop"
-        )
-        await asyncio.to_thread(store.append, run.session_key, assistant)
-        await asyncio.to_thread(store.finish_run, run.run_id, "ok")
-        return TurnResult("ok", text, None)
-
-    async def _announce(self, to: Requester, run: _ChatRun, text: str) -> None:
-        """Deliver a background run's final answer on the requester's session (the announce path).
-
-        The answer is appended to the requester session's transcript (once per run: its idempotency key is
-        ``<run_id>:announce``) and sent as a ``chat`` ``final`` event with run id ``<run_id>:announce`` to the
-        session's subscribers; a channel requester also gets it on its channel.
-        """
-        store = self._require_store()
-        label = run.request.label or run.session_key
-        body = f"[{label}] {text}" if text else f"[{label}] (no answer)"
-        message = NewMessage(
-            "assistant",
-            [{"type": "text", "text": body}],
-            run_id=f"{run.run_id}:announce",
-            idempotency_key=f"{run.run_id}:announce",
-            stop_reason="stop",
-        )
-        try:
-            await asyncio.to_thread(store.get_or_create, to.session_key, agent_id=to.agent_id)
-            stored = await asyncio.to_thread(store.append, to.session_key, message)
-        except GatewayError as exc:
-            _log.warning("announcing run %s on %s failed: [%s] %s", run.run_id, to.session_key, exc.code, exc.message)
-            return
-        announce = _ChatRun(f"{run.run_id}:announce", RunRequest(to.session_key, to.agent_id, "", "main"))
-        self._broadcast_chat(
-            announce, {"state": "final", "stopReason": "stop", "message": _assistant(body, stored.timestamp_ms)}
-        )
-        channel = self._channels.get(to.channel)
-        if channel is not None:
-            await channel.deliver(to, body, run_id=announce.run_id)
-
-    async def _reply_on_channel(self, run: _ChatRun, text: str) -> None:
-        """Send a channel run's final answer back on the channel it came in on (Gateway chat has its events)."""
-        requester = run.requester
-        channel = None if requester is None else self._channels.get(requester.channel)
-        if channel is not None and requester is not None:
-            await channel.deliver(requester, text, run_id=run.run_id)
-
-    def _record_aborted(self, run_id: str) -> None:
-        store = self._require_store()
-        current = store.get_run(run_id)
-        if current is not None and current.active:
-            store.finish_run(run_id, "aborted", "the run was cancelled")
-
-    def _record_failed(self, run_id: str, message: str) -> None:
-        store = self._require_store()
-        current = store.get_run(run_id)
-        if current is not None and current.active:
-            store.finish_run(run_id, "error", message)
-
-    def _last_assistant(self, run: _ChatRun) -> Message | None:
-        page = self._require_store().history(run.session_key, limit=1)
-        for message in page.messages:
-            if message.role == "assistant" and message.run_id == run.run_id:
-                return message
-        return None
-
-    def _on_agent_event(self, run: _ChatRun, event: AgentEvent) -> None:
-        run.seq = event.seq
-        payload = {
-            "runId": event.run_id,
-            "sessionKey": event.session_key,
-            "agentId": event.agent_id,
-            "stream": event.stream,
-            "data": dict(event.data),
-            "seq": event.seq,
-            "ts": self._now_ms(),
-        }
-        subscribers = self._subscribers(run.session_key)
-        if event.seq == 1:
-            # A run's first event: the session's chat metadata (active run, last activity) has changed.
-            for conn in subscribers:
-                conn.send_event("chat.metadata.changed", {})
-        if event.stream == "run_status":
-            # As on OpenClaw, the chat view of a run status comes just before the agent event.
-            self._broadcast_chat(run, {"state": "status", "phase": str(event.data.get("phase", ""))})
-        for conn in subscribers:
-            conn.send_event("agent", payload)
-        if event.stream == "assistant":
-            text = str(event.data.get("text", ""))
-            run.text = text
-            self._broadcast_chat(
-                run,
-                {
-                    "state": "delta",
-                    "deltaText": str(event.data.get("delta", "")),
-                    "message": _assistant(text, self._now_ms()),
-                },
-            )
-
-    def _broadcast_chat(self, run: _ChatRun, fields: Mapping[str, Any]) -> None:
-        payload = {
-            "runId": run.run_id,
-            "sessionKey": run.session_key,
-            "agentId": run.agent_id,
-            "seq": run.seq,
-            **fields,
-        }
-        for conn in self._subscribers(run.session_key):
-            conn.send_event("chat", payload)
-
-    def _subscribers(self, session_key: str) -> list[_Connection]:
-        return [c for c in self._connections if c.connected and session_key in c.subscriptions]
+    def _publish(self, session_key: str, event: str, payload: Mapping[str, Any]) -> None:
+        """Send an event to every connection subscribed to the session."""
+        for conn in self._connections:
+            if conn.connected and session_key in conn.subscriptions:
+                conn.send_event(event, payload)
 
     # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _require_runs(self) -> GatewayRuns:
+        if self._runs is None or self._state is not ServerState.RUNNING:
+            raise ProtocolError("UNAVAILABLE", "the gateway is not running")
+        return self._runs
 
     def _require_store(self) -> SessionStore:
         if self._store is None:
@@ -1149,24 +805,6 @@ class GatewayServer:
         return wire
 
 
-def _assistant(text: str, timestamp_ms: int) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}], "timestamp": timestamp_ms}
-
-
-def _check_same_request(first: object, again: str) -> None:
-    """A replayed idempotency key must carry the message it first came with."""
-    if first != again:
-        raise IdempotencyConflictError("this idempotency key already started a run with a different message")
-
-
-def _finished_status(run: Run) -> StartStatus:
-    """The ``status`` a retried ``chat.send`` gets for a run no longer in flight: its terminal state."""
-    state = run.state
-    if state == "accepted" or state == "running":
-        return "in_flight"
-    return state
-
-
 def _session_key(raw: str) -> str:
     try:
         return str(parse_session_key(raw))
@@ -1176,6 +814,6 @@ def _session_key(raw: str) -> str:
 
 def _translate(exc: GatewayError) -> ProtocolError:
     """A gateway error as a wire error: the caller's mistakes are ``INVALID_REQUEST``, the rest ``UNAVAILABLE``."""
-    if exc.code in ("session_store_unavailable", "session_store_locked", "gateway_error"):
+    if exc.code in ("session_store_unavailable", "session_store_locked", "gateway_error", "gateway_unavailable"):
         return ProtocolError("UNAVAILABLE", exc.message, details={"code": exc.code})
     return ProtocolError("INVALID_REQUEST", exc.message, details={"code": exc.code})

@@ -84,7 +84,7 @@ def api_of(server: GatewayServer, plugin_id: str) -> PluginApi:
 
 
 async def wait_ended(server: GatewayServer, run_id: str) -> str:
-    run = await server.wait_run(run_id, 10.0)
+    run = await server.runs.wait_run(run_id, 10.0)
     assert run is not None
     return run.state
 
@@ -183,7 +183,7 @@ async def test_deliver_announces_on_the_agents_main_session(server: GatewayServe
     )
     assert loud.run_id is not None
     await wait_ended(server, loud.run_id)
-    store = server._require_store()
+    store = server.store
     main = store.history("agent:mail:main")
     assert [m.content for m in main.messages] == [[{"type": "text", "text": "[IMAP inbox] loud"}]]
 
@@ -199,7 +199,7 @@ async def test_runs_of_one_session_are_serialised_and_share_the_cron_budget(
         assert result.run_id is not None
         runs.append(result.run_id)
     await asyncio.sleep(0.15)
-    stats = server._lanes.stats()["cron"] if server._lanes is not None else {}
+    stats = server.lanes.stats()["cron"]
     # cron.maxConcurrent is 2: two sessions run, the second run of hook:s1 and hook:s3 wait.
     assert stats["running"] == 2
     assert stats["queued"] == 2
@@ -216,8 +216,7 @@ async def test_http_hooks_keep_a_reserved_slot(tmp_path: Path, fake: FakeModelSe
             result = await hooks.dispatch_hook_agent_turn(agent_id="mail", session_key=key, message=slow, deliver=False)
             assert result.ok
         await asyncio.sleep(0.15)
-        assert server._lanes is not None
-        assert server._lanes.stats()["cron"] == {"running": 1, "queued": 1, "limit": 2}
+        assert server.lanes.stats()["cron"] == {"running": 1, "queued": 1, "limit": 2}
 
         url = f"http://127.0.0.1:{server.port}/hooks/agent"
         async with aiohttp.ClientSession() as http:
@@ -238,7 +237,7 @@ async def test_http_hooks_keep_a_reserved_slot(tmp_path: Path, fake: FakeModelSe
                 run_id = (await res.json())["runId"]
             # The HTTP turn takes the reserved slot at once, beside the plugin turn that holds the other one.
             await asyncio.sleep(0.1)
-            assert server._lanes.stats()["cron"] == {"running": 2, "queued": 1, "limit": 2}
+            assert server.lanes.stats()["cron"] == {"running": 2, "queued": 1, "limit": 2}
             assert await wait_ended(server, run_id) == "ok"
             sent = [r.body["messages"][-1]["content"] for r in fake.requests]
             assert any('source="webhook"' in text and "from http" in text for text in sent)

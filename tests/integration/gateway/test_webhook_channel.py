@@ -198,7 +198,7 @@ async def session_keys(http: aiohttp.ClientSession, server: GatewayServer) -> li
 
 
 async def ended(server: GatewayServer, run_id: str) -> str:
-    run = await server.wait_run(run_id, WAIT_S)
+    run = await server.runs.wait_run(run_id, WAIT_S)
     assert run is not None
     return run.state
 

@@ -300,6 +300,7 @@ class GatewayRuns:
                     "errorDetail": {"code": kind, "message": message},
                 },
             )
+            await self._reply_on_channel(run, f"Sorry, that failed: {message}")
             return
         self._active.pop(run.run_id, None)
         if result.status == "ok":
@@ -323,6 +324,8 @@ class GatewayRuns:
                     "errorDetail": None if error is None else error.to_dict(),
                 },
             )
+            what = "took too long" if result.status == "timeout" else "failed"
+            await self._reply_on_channel(run, f"Sorry, the answer {what}: {'' if error is None else error.message}")
 
     async def _run_command(self, run: ActiveRun, command: RegisteredCommand) -> TurnResult:
         """Run a plugin command as the chat run: record the user message, the reply and the run's end.

@@ -233,6 +233,18 @@ async def test_a_signed_message_runs_and_the_answer_goes_out_signed(
     assert fake.requests[0].body["messages"][-1]["content"] == "@fake reply: hi there"
 
 
+async def test_a_failed_run_sends_a_notice_on_the_channel(
+    server: GatewayServer, receiver: Receiver, http: aiohttp.ClientSession
+) -> None:
+    status, body = await post(http, server, message("carol", "@fake fail: 500", "m-fail"))
+    assert status == 202
+    assert await ended(server, "webhook:m-fail") == "error"
+    [reply] = await receiver.wait_for(1)
+    assert reply["recipient"] == "carol"
+    assert reply["runId"] == "webhook:m-fail"
+    assert reply["text"].startswith("Sorry, the answer failed: ")
+
+
 async def test_a_thread_gets_its_own_session_and_the_reply_names_it(
     server: GatewayServer, receiver: Receiver, http: aiohttp.ClientSession
 ) -> None:

@@ -28,6 +28,7 @@ from clawstack.gateway.config import GatewayConfig, parse_config
 from clawstack.gateway.protocol import ConnectParams, ParamsError, ProtocolError, parse_params, parse_request_frame
 from clawstack.gateway.server import GatewayServer, ServerState
 from clawstack.llm.fake import FakeModelServer
+from tests.integration.gateway import peers
 
 TOKEN = "gateway-test-token-0123456789"
 PASSWORD = "gateway-test-password"
@@ -51,19 +52,7 @@ def make_config(tmp_path: Path, base_url: str, *, auth: dict[str, str] | None = 
 
 
 def connect_params(**overrides: Any) -> dict[str, Any]:
-    params: dict[str, Any] = {
-        "minProtocol": 4,
-        "maxProtocol": 4,
-        "client": {"id": "gateway-client", "mode": "backend", "version": "0.1.0", "platform": "linux"},
-        "role": "operator",
-        "scopes": ["operator.read", "operator.write", "operator.admin"],
-        "caps": [],
-        "auth": {"token": TOKEN},
-        "locale": "en-US",
-        "userAgent": "clawstack-tests/0.1",
-    }
-    params.update(overrides)
-    return params
+    return peers.connect_params(**{"auth": {"token": TOKEN}, "userAgent": "clawstack-tests/0.1", **overrides})
 
 
 class Client:

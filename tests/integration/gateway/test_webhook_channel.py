@@ -236,7 +236,7 @@ async def test_a_signed_message_runs_and_the_answer_goes_out_signed(
 async def test_a_failed_run_sends_a_notice_on_the_channel(
     server: GatewayServer, receiver: Receiver, http: aiohttp.ClientSession
 ) -> None:
-    status, body = await post(http, server, message("carol", "@fake fail: 500", "m-fail"))
+    status, _ = await post(http, server, message("carol", "@fake fail: 500", "m-fail"))
     assert status == 202
     assert await ended(server, "webhook:m-fail") == "error"
     [reply] = await receiver.wait_for(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from clawstack import __version__
+from clawstack.cli.connect import connect
 from clawstack.cli.demo import demo
 from clawstack.cli.fake_llm import fake_llm
 from clawstack.cli.gateway import gateway
@@ -19,6 +20,7 @@ def cli() -> None:
     """clawstack: delegate agent work safely."""
 
 
+cli.add_command(connect)
 cli.add_command(demo)
 cli.add_command(fake_llm)
 cli.add_command(gateway)

@@ -1,0 +1,69 @@
+"""ClawConnect: an MCP server that lets MCP clients run tasks on a gateway and follow them to their end.
+
+``claw connect mcp`` serves it over stdio and ``claw connect http`` over Streamable HTTP; both serve the tools of
+:class:`ConnectService` through :func:`create_mcp_server`. Agents come from ``agents.json`` (:func:`load_agents`);
+jobs live in a durable SQLite :class:`JobStore`; :class:`GatewayClient` speaks the gateway WebSocket protocol (this
+package never imports :mod:`clawstack.gateway`). Every error is a :class:`ConnectError` (see
+:mod:`clawstack.connect.errors`). docs/connect.md describes the tools and their fields.
+"""
+
+from clawstack.connect.agents import Agent, AgentRegistry, load_agents, parse_agents
+from clawstack.connect.auth import AuthConfigError, Caller, TokenAuth, parse_user_tokens
+from clawstack.connect.errors import (
+    AgentsConfigError,
+    ConnectError,
+    GatewayError,
+    GatewayRequestError,
+    GatewayTimeoutError,
+    GatewayTransportError,
+    HandshakeError,
+    JobStoreError,
+    SessionBusyError,
+    ToolError,
+)
+from clawstack.connect.follow import Outcome, RunFollower
+from clawstack.connect.gateway_client import ConnectionState, GatewayClient, RunEvent, RunWatch
+from clawstack.connect.http import AuthGuard, HttpServer, create_app
+from clawstack.connect.jobs import Job, JobStore, LogEntry
+from clawstack.connect.server import create_mcp_server, serve_stdio, tool_definitions
+from clawstack.connect.service import ConnectService
+from clawstack.connect.tools import TOOLS, ToolSpec
+
+__all__ = [
+    "TOOLS",
+    "Agent",
+    "AgentRegistry",
+    "AgentsConfigError",
+    "AuthConfigError",
+    "AuthGuard",
+    "Caller",
+    "ConnectError",
+    "ConnectService",
+    "ConnectionState",
+    "GatewayClient",
+    "GatewayError",
+    "GatewayRequestError",
+    "GatewayTimeoutError",
+    "GatewayTransportError",
+    "HandshakeError",
+    "HttpServer",
+    "Job",
+    "JobStore",
+    "JobStoreError",
+    "LogEntry",
+    "Outcome",
+    "RunEvent",
+    "RunFollower",
+    "RunWatch",
+    "SessionBusyError",
+    "TokenAuth",
+    "ToolError",
+    "ToolSpec",
+    "create_app",
+    "create_mcp_server",
+    "load_agents",
+    "parse_agents",
+    "parse_user_tokens",
+    "serve_stdio",
+    "tool_definitions",
+]

@@ -1,0 +1,119 @@
+"""ClawConnect's errors: each carries a stable ``code`` (and ``retryable``) as data.
+
+::
+
+    ClawError                              (clawstack.common.errors)
+     └── ConnectError                      "connect_error"
+          ├── AgentsConfigError            "agents_*": agents.json (or the environment) cannot be used
+          ├── GatewayError                 "gateway_error": talking to a gateway failed
+          │    ├── GatewayTransportError   "gateway_transport_lost" (retryable): no answer because the socket went
+          │    ├── GatewayTimeoutError     "gateway_timeout" (retryable): no answer in time
+          │    ├── HandshakeError          "gateway_handshake_refused", "gateway_handshake_timeout",
+          │    │                           "gateway_handshake_invalid"
+          │    └── GatewayRequestError     the gateway answered ``ok: false``; ``code`` is its wire code
+          ├── JobStoreError                "job_store_unavailable", "job_store_locked", "job_store_corrupt"
+          └── ToolError                    a tool call refused; answered as a structured error result
+               ├── "invalid_arguments", "unknown_tool", "agent_not_found", "job_not_found",
+               │   "task_not_found", "session_not_found"
+               └── SessionBusyError        "session_busy" (retryable): the session's job is still running
+
+Messages never contain a password, a token or task text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clawstack.common.errors import ClawError
+
+
+class ConnectError(ClawError):
+    """Base of every ClawConnect error."""
+
+    code = "connect_error"
+
+
+class AgentsConfigError(ConnectError):
+    """``agents.json`` or the ``OPENCLAW_*`` environment is missing, malformed or inconsistent."""
+
+    code = "agents_invalid"
+
+
+class GatewayError(ConnectError):
+    """A gateway could not be used."""
+
+    code = "gateway_error"
+
+
+class GatewayTransportError(GatewayError):
+    """The WebSocket closed (or was never open) before the answer came; the request may be retried."""
+
+    code = "gateway_transport_lost"
+    retryable = True
+
+
+class GatewayTimeoutError(GatewayError):
+    """The gateway did not answer in time."""
+
+    code = "gateway_timeout"
+    retryable = True
+
+
+class HandshakeError(GatewayError):
+    """The ``connect`` handshake failed: refused, malformed, or not answered in time."""
+
+    code = "gateway_handshake_refused"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.details = dict(details or {})
+
+
+class GatewayRequestError(GatewayError):
+    """The gateway answered a request with ``ok: false``; ``code`` is its wire code, ``details`` its details."""
+
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.details = dict(details or {})
+
+
+class JobStoreError(ConnectError):
+    """The job store cannot be opened, read or written."""
+
+    code = "job_store_unavailable"
+
+
+class ToolError(ConnectError):
+    """A tool call refused with a stable code; ``data`` adds machine-readable fields to the error result."""
+
+    code = "invalid_arguments"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool | None = None, **data: Any) -> None:
+        super().__init__(message, code=code, retryable=retryable)
+        self.data = data
+
+    def to_result(self) -> dict[str, Any]:
+        """The ``error`` object of a tool's error result."""
+        return {"code": self.code, "message": self.message, "retryable": self.retryable, **self.data}
+
+
+class SessionBusyError(ToolError):
+    """A task was asked for on a session whose job is still running."""
+
+    code = "session_busy"
+    retryable = True
+
+
+__all__ = [
+    "AgentsConfigError",
+    "ConnectError",
+    "GatewayError",
+    "GatewayRequestError",
+    "GatewayTimeoutError",
+    "GatewayTransportError",
+    "HandshakeError",
+    "JobStoreError",
+    "SessionBusyError",
+    "ToolError",
+]

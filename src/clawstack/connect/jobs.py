@@ -1,0 +1,392 @@
+"""The durable job store: one record per task ClawConnect started, and each job's log, in SQLite.
+
+One :class:`JobStore` owns one database file (WAL, ``synchronous=FULL``) and is its only writer: opening takes an
+exclusive lock on ``<file>.lock``, so a second ``claw connect`` on the same directory is refused
+(``job_store_locked``) instead of sharing. Every write is one ``BEGIN IMMEDIATE`` transaction, committed (and so on
+disk) before the method returns, so an answer built on it survives a crash. Methods block; call them from a thread
+when the event loop must not wait.
+
+A database that SQLite cannot read (``file is not a database``, a failed ``quick_check``) is **moved aside** to
+``<file>.corrupt-<UTC time>`` (with its ``-wal`` and ``-shm``), reported in :attr:`JobStore.moved_aside`, and a new
+store is started; nothing is silently emptied. When it cannot be moved aside, the store refuses every read and
+write with ``job_store_corrupt`` (:attr:`JobStore.problem` says why) rather than lose data.
+"""
+
+# ruff: noqa: S608  (queries interpolate only this module's column-list constants; values are bound parameters)
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import fcntl
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from clawstack.common.files import ensure_private_dir, fsync_dir
+from clawstack.connect.errors import JobStoreError, SessionBusyError
+
+JobStatus = Literal["running", "completed", "completed_no_summary", "error", "cancelled"]
+TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "completed_no_summary", "error", "cancelled"})
+STORE_FILE: Final = "jobs.sqlite3"
+SCHEMA_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """Everything ClawConnect knows about one task. Times are milliseconds since the Unix epoch.
+
+    ``run_id`` is the gateway run (the ``chat.send`` idempotency key); ``prompt`` holds the caller's ``task``,
+    ``context`` and ``senderName`` and ``message`` the text sent, which only ``detail: "prompt"`` shows.
+    """
+
+    job_id: str
+    task_id: str
+    run_id: str
+    agent: str
+    openclaw_agent_id: str
+    session_key: str
+    created_at_ms: int
+    updated_at_ms: int
+    status: JobStatus = "running"
+    submitted: bool = False
+    ended_at_ms: int | None = None
+    summary: str | None = None
+    error: str | None = None
+    error_info: dict[str, Any] | None = None
+    terminal_reason: str | None = None
+    result_source: str | None = None
+    prompt: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+    caller: str | None = None
+    log_count: int = 0
+    recoveries: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of a job's log: ``index`` counts per job from 0; ``seq`` orders every log in the store."""
+
+    seq: int
+    job_id: str
+    index: int
+    at_ms: int
+    kind: str
+    message: str
+
+
+_COLUMNS: Final = ("job_id", "task_id", "run_id", "agent", "session_key", "status", "created_at_ms", "updated_at_ms")
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS jobs (
+        job_id TEXT PRIMARY KEY, task_id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL UNIQUE, agent TEXT NOT NULL,
+        session_key TEXT NOT NULL, status TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL, record TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS jobs_session ON jobs (session_key, created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at_ms)",
+    """CREATE TABLE IF NOT EXISTS logs (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, session_key TEXT NOT NULL,
+        idx INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,
+        UNIQUE (job_id, idx))""",
+    "CREATE INDEX IF NOT EXISTS logs_session ON logs (session_key, seq)",
+)
+_SELECT_JOB: Final = "SELECT record FROM jobs"
+_LOG_COLUMNS: Final = "seq, job_id, idx, at_ms, kind, message"
+
+
+def _encode(job: Job) -> tuple[Any, ...]:
+    record = json.dumps(dataclasses.asdict(job), ensure_ascii=False, separators=(",", ":"))
+    return (*(getattr(job, name) for name in _COLUMNS), record)
+
+
+def _decode(record: str) -> Job:
+    return Job(**json.loads(record))
+
+
+def _log(row: tuple[Any, ...]) -> LogEntry:
+    return LogEntry(*row)
+
+
+class JobStore:
+    """Jobs and their logs in one SQLite file, with this object as the only writer; see the module docstring.
+
+    ``rename`` moves a corrupt file aside (tests pass one that fails).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, rename: Callable[[Path, Path], None] = os.rename) -> None:
+        self.path = Path(path)
+        self._rename = rename
+        self._db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._mutex = threading.RLock()
+        self.moved_aside: Path | None = None
+        """Where a corrupt store was moved at :meth:`open`, if one was."""
+        self.problem: str | None = None
+        """Why the store refuses to read and write (a corrupt file that could not be moved aside)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Lock, then open or create the database; move a corrupt one aside (see the module docstring)."""
+        with self._mutex:
+            if self._db is not None:
+                raise JobStoreError("the job store is already open")
+            ensure_private_dir(self.path.parent)
+            self._lock_fd = self._take_lock()
+            try:
+                self._db = self._connect()
+            except sqlite3.DatabaseError:
+                self._recover_from_corruption()
+
+    def close(self) -> None:
+        """Close the database and release the lock. Idempotent."""
+        with self._mutex:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def _take_lock(self) -> int:
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise JobStoreError(f"the job store's lock file cannot be opened: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise JobStoreError(
+                    f"another claw connect holds the job store in {self.path.parent}; use another --data-dir",
+                    code="job_store_locked",
+                ) from exc
+            raise JobStoreError("the job store's lock cannot be taken") from exc
+        return fd
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open and migrate; a :class:`sqlite3.DatabaseError` means the file is not a readable database."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JobStoreError("the job store cannot use write-ahead logging")
+            db.execute("PRAGMA synchronous=FULL")
+            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("quick_check failed")
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise JobStoreError(f"the job store has schema version {version}, newer than this code")
+            db.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            # Best-effort close before reporting why the file cannot be used.
+            db.close()
+            raise
+        return db
+
+    def _recover_from_corruption(self) -> None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        try:
+            for suffix in ("", "-wal", "-shm"):
+                source = Path(f"{self.path}{suffix}")
+                if source.exists():
+                    self._rename(source, Path(f"{target}{suffix}"))
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            self.problem = (
+                f"the job store {self.path} is corrupt and could not be moved aside ({exc.strerror or exc}); "
+                "refusing to read or write it"
+            )
+            return
+        self.moved_aside = target
+        try:
+            self._db = self._connect()
+        except sqlite3.DatabaseError as exc:
+            raise JobStoreError("a new job store cannot be created") from exc
+
+    # -- transactions ------------------------------------------------------------------------------------------
+
+    def _check(self) -> sqlite3.Connection:
+        if self.problem is not None:
+            raise JobStoreError(self.problem, code="job_store_corrupt")
+        if self._db is None:
+            raise JobStoreError("the job store is not open")
+        return self._db
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._mutex:
+            db = self._check()
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                raise JobStoreError("the job store cannot be read") from exc
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._mutex:
+            db = self._check()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise JobStoreError("the job store cannot be written") from exc
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                # Undo the whole transaction on any failure (cancellation included), then re-raise.
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise JobStoreError("the job store cannot be written") from exc
+                raise
+
+    # -- jobs --------------------------------------------------------------------------------------------------
+
+    def create(self, job: Job) -> Job:
+        """Record a new running job, unless its session already has a running job (:class:`SessionBusyError`)."""
+        with self._write() as db:
+            row = db.execute(
+                "SELECT job_id FROM jobs WHERE session_key=? AND status='running' LIMIT 1", (job.session_key,)
+            ).fetchone()
+            if row is not None:
+                raise SessionBusyError(
+                    "the session already has a running task; wait for it (check_task) or use another session",
+                    activeJobId=row[0],
+                    sessionKey=job.session_key,
+                )
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, record) VALUES (?,?,?,?,?,?,?,?,?)", _encode(job))
+        return job
+
+    def update(self, job: Job) -> Job:
+        """Replace a job's record (the ids never change)."""
+        with self._write() as db:
+            values = _encode(job)
+            cursor = db.execute(
+                "UPDATE jobs SET status=?, updated_at_ms=?, record=? WHERE job_id=?",
+                (job.status, job.updated_at_ms, values[-1], job.job_id),
+            )
+            if cursor.rowcount != 1:
+                raise JobStoreError(f"no job {job.job_id} to update")
+        return job
+
+    def append_log(self, job: Job, kind: str, message: str, at_ms: int) -> Job:
+        """Add a line to the job's log and store ``job`` with it, in one transaction.
+
+        Returns the job as stored: its ``log_count`` one higher and ``updated_at_ms`` set to ``at_ms``.
+        """
+        updated = dataclasses.replace(job, log_count=job.log_count + 1, updated_at_ms=at_ms)
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO logs (job_id, session_key, idx, at_ms, kind, message) VALUES (?,?,?,?,?,?)",
+                (job.job_id, job.session_key, job.log_count, at_ms, kind, message),
+            )
+            db.execute(
+                "UPDATE jobs SET status=?, updated_at_ms=?, record=? WHERE job_id=?",
+                (updated.status, at_ms, _encode(updated)[-1], job.job_id),
+            )
+        return updated
+
+    def get(self, job_id: str) -> Job | None:
+        with self._read() as db:
+            row = db.execute(f"{_SELECT_JOB} WHERE job_id=?", (job_id,)).fetchone()
+        return None if row is None else _decode(row[0])
+
+    def get_by_task(self, task_id: str) -> Job | None:
+        with self._read() as db:
+            row = db.execute(f"{_SELECT_JOB} WHERE task_id=?", (task_id,)).fetchone()
+        return None if row is None else _decode(row[0])
+
+    def running(self) -> list[Job]:
+        """Every job still ``running``, oldest first."""
+        with self._read() as db:
+            rows = db.execute(f"{_SELECT_JOB} WHERE status='running' ORDER BY created_at_ms").fetchall()
+        return [_decode(row[0]) for row in rows]
+
+    def recent(self, *, active_only: bool, limit: int) -> tuple[list[Job], int]:
+        """The newest ``limit`` jobs (only running ones with ``active_only``), and how many there are in all."""
+        where = "WHERE status='running'" if active_only else ""
+        with self._read() as db:
+            total = int(db.execute(f"SELECT count(*) FROM jobs {where}").fetchone()[0])
+            rows = db.execute(f"{_SELECT_JOB} {where} ORDER BY created_at_ms DESC LIMIT ?", (limit,)).fetchall()
+        return [_decode(row[0]) for row in rows], total
+
+    def for_session(self, session_key: str) -> list[Job]:
+        """The session's jobs, oldest first."""
+        with self._read() as db:
+            rows = db.execute(f"{_SELECT_JOB} WHERE session_key=? ORDER BY created_at_ms", (session_key,)).fetchall()
+        return [_decode(row[0]) for row in rows]
+
+    def sessions(self, *, limit: int) -> list[tuple[str, int, Job]]:
+        """``(session key, job count, newest job)`` for the most recently used sessions."""
+        with self._read() as db:
+            rows = db.execute(
+                """SELECT j.record, s.n FROM (
+                       SELECT session_key, count(*) AS n, max(created_at_ms) AS last FROM jobs GROUP BY session_key
+                       ORDER BY last DESC LIMIT ?) AS s
+                   JOIN jobs AS j ON j.session_key = s.session_key AND j.created_at_ms = s.last
+                   ORDER BY s.last DESC""",
+                (limit,),
+            ).fetchall()
+        seen: set[str] = set()
+        result: list[tuple[str, int, Job]] = []
+        for record, count in rows:
+            job = _decode(record)
+            if job.session_key not in seen:
+                seen.add(job.session_key)
+                result.append((job.session_key, int(count), job))
+        return result
+
+    def count(self) -> int:
+        with self._read() as db:
+            return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
+
+    # -- logs --------------------------------------------------------------------------------------------------
+
+    def logs(self, job_id: str, *, since_index: int = 0) -> list[LogEntry]:
+        """The job's log lines from ``since_index`` on."""
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {_LOG_COLUMNS} FROM logs WHERE job_id=? AND idx>=? ORDER BY idx", (job_id, since_index)
+            ).fetchall()
+        return [_log(row) for row in rows]
+
+    def session_logs(self, session_key: str, *, after: int | None, limit: int) -> list[LogEntry]:
+        """Log lines of a session's jobs: the first ``limit`` after ``seq`` ``after``, or the last ``limit``."""
+        with self._read() as db:
+            if after is None:
+                rows = db.execute(
+                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=? ORDER BY seq DESC LIMIT ?",
+                    (session_key, limit),
+                ).fetchall()
+                rows.reverse()
+            else:
+                rows = db.execute(
+                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=? AND seq>? ORDER BY seq LIMIT ?",
+                    (session_key, after, limit),
+                ).fetchall()
+        return [_log(row) for row in rows]
+
+
+__all__ = ["STORE_FILE", "TERMINAL_STATUSES", "Job", "JobStatus", "JobStore", "LogEntry"]

@@ -1,0 +1,413 @@
+"""ClawConnect's core, whatever the transport: the six tools over the job store and the gateway clients.
+
+:class:`ConnectService` owns the :class:`~clawstack.connect.jobs.JobStore`, one
+:class:`~clawstack.connect.gateway_client.GatewayClient` per agent (started on first use) and one
+:class:`~clawstack.connect.follow.RunFollower` task per running job. :meth:`ConnectService.start` opens the store
+and recovers every job a previous process left running from the gateway's transcript; :meth:`ConnectService.stop`
+stops following (the jobs stay ``running`` in the store, for the next start) and closes everything.
+
+:meth:`ConnectService.call` is what a transport calls: a tool name, its raw arguments and the caller's name (an
+HTTP token's owner, or ``None``), answered with a JSON object or a
+:class:`~clawstack.connect.errors.ToolError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from clawstack.common.clock import Clock, SystemClock
+from clawstack.common.ids import new_id, new_uuid
+from clawstack.connect.agents import Agent, AgentRegistry
+from clawstack.connect.errors import ConnectError, ToolError
+from clawstack.connect.follow import DEFAULT_STALL_CHECK_S, Outcome, RunFollower
+from clawstack.connect.gateway_client import GatewayClient
+from clawstack.connect.jobs import Job, JobStore
+from clawstack.connect.snapshots import Observed, detail_snapshot, log_line, next_action, preview, task_snapshot
+from clawstack.connect.tools import (
+    CheckTaskArgs,
+    GetSessionArgs,
+    GetTaskArgs,
+    ListTasksArgs,
+    RunTaskArgs,
+    clamp_limit,
+    clamp_wait_ms,
+    parse_arguments,
+)
+
+ClientFactory = Callable[[Agent], GatewayClient]
+LIST_LIMIT: Final = 100
+ACTIVE_WINDOW_S: Final = 30.0
+_SEGMENT_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+_KEY_RE: Final = re.compile(r"agent:[^\s]{1,250}")
+_log = logging.getLogger(__name__)
+
+
+def default_client_factory(agent: Agent) -> GatewayClient:
+    return GatewayClient(agent.url, secret=agent.secret, auth_kind=agent.auth_kind)
+
+
+def compose_message(task: str, context: str | None, sender_name: str | None) -> str:
+    """The message the agent receives: who is asking, the task, then the context."""
+    parts = [f"[from {sender_name}]"] if sender_name else []
+    parts.append(task)
+    if context:
+        parts.append(f"Context:\n{context}")
+    return "\n\n".join(parts)
+
+
+def session_key_for(agent: Agent, given: str | None) -> str:
+    """The gateway session key: ``given`` (a full ``agent:…`` key, or a name within ClawConnect's channel), or a
+    new one per conversation."""
+    prefix = f"agent:{agent.openclaw_agent_id}:channel:clawconnect:"
+    if given is None:
+        return prefix + new_uuid().replace("-", "")
+    if _KEY_RE.fullmatch(given):
+        return given
+    if _SEGMENT_RE.fullmatch(given):
+        return prefix + given
+    raise ToolError(
+        "sessionKey: must be an agent:… session key or a name of letters, digits and ._@+- (up to 128)",
+        field="sessionKey",
+    )
+
+
+class ConnectService:
+    """See the module docstring. ``client_factory`` makes a gateway client for an agent (tests shorten its
+    timeouts); ``stall_check_s`` is how long a quiet run waits before it is reconciled."""
+
+    def __init__(
+        self,
+        agents: AgentRegistry,
+        store: JobStore,
+        *,
+        clock: Clock | None = None,
+        client_factory: ClientFactory = default_client_factory,
+        stall_check_s: float = DEFAULT_STALL_CHECK_S,
+    ) -> None:
+        self.agents = agents
+        self.store = store
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._client_factory = client_factory
+        self._stall_check_s = stall_check_s
+        self._clients: dict[str, GatewayClient] = {}
+        self._live: dict[str, Job] = {}
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self._done: dict[str, asyncio.Event] = {}
+        self._activity: dict[str, float] = {}
+        self._stopping = False
+        self.recovered_job_ids: tuple[str, ...] = ()
+        """The running jobs :meth:`start` found and resumed following."""
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store (moving a corrupt one aside) and resume following the jobs left running."""
+        await asyncio.to_thread(self.store.open)
+        if self.store.moved_aside is not None:
+            _log.error(
+                "the job store was corrupt; it was moved aside to %s and a new one started", self.store.moved_aside
+            )
+        if self.store.problem is not None:
+            _log.error("%s", self.store.problem)
+            return
+        running = await asyncio.to_thread(self.store.running)
+        self.recovered_job_ids = tuple(job.job_id for job in running)
+        for job in running:
+            job = dataclasses.replace(job, recoveries=job.recoveries + 1)
+            self._live[job.job_id] = job
+            await self._log(job.job_id, "recovery", "claw connect restarted; recovering the run from the gateway")
+            self._follow(job.job_id, recovering=True)
+
+    async def stop(self) -> None:
+        """Stop following runs (they stay ``running`` for the next start), close clients and the store."""
+        if self._stopping:
+            return
+        self._stopping = True
+        tasks = list(self._followers.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for client in self._clients.values():
+            await client.aclose()
+        await asyncio.to_thread(self.store.close)
+
+    def health(self) -> dict[str, Any]:
+        """The service's state for ``/health``: never a secret."""
+        store = "refusing" if self.store.problem else "moved_aside" if self.store.moved_aside else "ok"
+        return {
+            "status": "ok" if store != "refusing" else "degraded",
+            "jobStore": store,
+            "agents": len(self.agents.agents),
+        }
+
+    # -- dispatch ----------------------------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: object, *, caller: str | None = None) -> dict[str, Any]:
+        """Run one tool; :class:`ToolError` for a refusal, :class:`ConnectError` codes for store failures."""
+        args = parse_arguments(name, arguments)
+        try:
+            if isinstance(args, RunTaskArgs):
+                return await self.run_task(args, caller=caller)
+            if isinstance(args, CheckTaskArgs):
+                return await self.check_task(args)
+            if isinstance(args, GetTaskArgs):
+                return await self.get_task(args)
+            if isinstance(args, ListTasksArgs):
+                return await self.list_tasks(args)
+            if isinstance(args, GetSessionArgs):
+                return await self.get_session(args)
+            return await self.list_sessions()
+        except ToolError:
+            raise
+        except ConnectError as exc:
+            raise ToolError(exc.message, code=exc.code, retryable=exc.retryable) from exc
+
+    # -- tools -------------------------------------------------------------------------------------------------
+
+    async def run_task(self, args: RunTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+        agent = self._agent(args.agent)
+        now = self._now_ms()
+        job = Job(
+            job_id=new_id("job_"),
+            task_id=new_id("task_"),
+            run_id=new_uuid(),
+            agent=agent.id,
+            openclaw_agent_id=agent.openclaw_agent_id,
+            session_key=session_key_for(agent, args.sessionKey),
+            created_at_ms=now,
+            updated_at_ms=now,
+            prompt={"task": args.task, "context": args.context, "senderName": args.senderName},
+            message=compose_message(args.task, args.context, args.senderName),
+            caller=caller,
+        )
+        await asyncio.to_thread(self.store.create, job)
+        self._live[job.job_id] = job
+        self._follow(job.job_id, recovering=False)
+        return {
+            "jobId": job.job_id,
+            "taskId": job.task_id,
+            "sessionKey": job.session_key,
+            "status": "running",
+            "agent": agent.id,
+            "nextAction": next_action(job),
+        }
+
+    async def check_task(self, args: CheckTaskArgs) -> dict[str, Any]:
+        job = await self._job(args.jobId, "jobId")
+        if args.sessionKey is not None and args.sessionKey != job.session_key:
+            raise ToolError(
+                "sessionKey: the job belongs to another session", code="session_mismatch", field="sessionKey"
+            )
+        if args.agent is not None and args.agent != job.agent:
+            raise ToolError("agent: the job belongs to another agent", code="agent_mismatch", field="agent")
+        if args.mode == "wait" and not job.terminal:
+            await self._wait_for_end(job.job_id, clamp_wait_ms(args.waitMs) / 1000)
+            job = await self._job(job.job_id, "jobId")
+        known = max(0, args.knownLogCount or 0)
+        logs = await asyncio.to_thread(self.store.logs, job.job_id, since_index=known)
+        return task_snapshot(job, self._observe(job), logs, self._now_ms())
+
+    async def get_task(self, args: GetTaskArgs) -> dict[str, Any]:
+        job = await self._job(args.taskId, "taskId")
+        logs = None
+        if args.detail in ("updates", "full"):
+            logs = await asyncio.to_thread(self.store.logs, job.job_id)
+        return detail_snapshot(job, args.detail, self._observe(job), logs, self._now_ms())
+
+    async def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
+        jobs, total = await asyncio.to_thread(self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT)
+        now = self._now_ms()
+        tasks = [preview(self._live.get(job.job_id, job), now) for job in jobs]
+        return {"view": args.view, "tasks": tasks, "total": total, "truncated": total > len(tasks)}
+
+    async def get_session(self, args: GetSessionArgs) -> dict[str, Any]:
+        jobs = await asyncio.to_thread(self.store.for_session, args.sessionId)
+        if args.agent is not None:
+            jobs = [job for job in jobs if job.agent == args.agent]
+        result: dict[str, Any] = {"sessionId": args.sessionId, "found": bool(jobs), "mode": args.mode}
+        now = self._now_ms()
+        result["agent"] = jobs[-1].agent if jobs else args.agent
+        result["tasks"] = (
+            [] if args.mode in ("events", "tail") else [preview(self._live.get(j.job_id, j), now) for j in jobs]
+        )
+        events: list[dict[str, Any]] = []
+        next_after = args.after
+        if jobs and args.mode != "tasks":
+            limit = clamp_limit(args.limit)
+            after = (args.after if args.after is not None else 0) if args.mode == "events" else None
+            entries = await asyncio.to_thread(self.store.session_logs, args.sessionId, after=after, limit=limit)
+            events = [{"cursor": entry.seq, "jobId": entry.job_id, **log_line(entry)} for entry in entries]
+            if entries:
+                next_after = entries[-1].seq
+        result["events"] = events
+        result["nextAfter"] = next_after
+        result["agentSession"] = None
+        return result
+
+    async def list_sessions(self) -> dict[str, Any]:
+        rows = await asyncio.to_thread(self.store.sessions, limit=LIST_LIMIT)
+        now = self._now_ms()
+        sessions = []
+        for key, count, job in rows:
+            last = preview(self._live.get(job.job_id, job), now)
+            sessions.append(
+                {
+                    "sessionId": key,
+                    "sessionKey": key,
+                    "agent": job.agent,
+                    "taskCount": count,
+                    "updatedAt": last["updatedAt"],
+                    "lastJob": {k: last[k] for k in ("jobId", "taskId", "status", "terminalReason", "createdAt")},
+                    "summary": last["summary"],
+                    "summaryTruncated": last["summaryTruncated"],
+                }
+            )
+        return {"sessions": sessions, "agents": self.agents.public(), "defaultAgent": self.agents.default_id}
+
+    # -- following ---------------------------------------------------------------------------------------------
+
+    def _follow(self, job_id: str, *, recovering: bool) -> None:
+        self._done.setdefault(job_id, asyncio.Event())
+        task = asyncio.create_task(self._run_follower(job_id, recovering), name=f"follow {job_id}")
+        self._followers[job_id] = task
+        task.add_done_callback(lambda _: self._followers.pop(job_id, None))
+
+    async def _run_follower(self, job_id: str, recovering: bool) -> None:
+        job = self._live[job_id]
+        try:
+            agent = self.agents.get(job.agent)
+        except KeyError:
+            _log.error("job %s names agent %s, which is no longer configured; not followed", job_id, job.agent)
+            return
+        client = await self._client(agent)
+
+        async def submitted() -> None:
+            await self._save(dataclasses.replace(self._live[job_id], submitted=True))
+
+        async def log(kind: str, message: str) -> None:
+            await self._log(job_id, kind, message)
+
+        def activity() -> None:
+            self._activity[job_id] = self._clock.monotonic()
+
+        follower = RunFollower(
+            job, client, log=log, on_submitted=submitted, on_activity=activity, stall_check_s=self._stall_check_s
+        )
+        try:
+            outcome = await follower.follow(recovering=recovering)
+            await self._finish(job_id, outcome)
+        except ConnectError as exc:
+            _log.error("following job %s stopped: [%s] %s", job_id, exc.code, exc.message)
+        except Exception:
+            # The job stays running in the store and is recovered at the next start; say why it is not followed.
+            _log.exception("following job %s stopped unexpectedly", job_id)
+
+    async def _finish(self, job_id: str, outcome: Outcome) -> None:
+        now = self._now_ms()
+        job = dataclasses.replace(
+            self._live[job_id],
+            status=outcome.status,
+            terminal_reason=outcome.terminal_reason,
+            result_source=outcome.result_source,
+            summary=outcome.summary,
+            error=outcome.error,
+            error_info=outcome.error_info,
+            ended_at_ms=now,
+        )
+        stored = await asyncio.to_thread(
+            self.store.append_log, job, "end", f"the task ended {outcome.status} ({outcome.terminal_reason})", now
+        )
+        self._live.pop(job_id, None)
+        self._activity.pop(job_id, None)
+        done = self._done.pop(job_id, None)
+        if done is not None:
+            done.set()
+        _log.info("job %s ended %s (%s)", stored.job_id, stored.status, stored.terminal_reason)
+
+    async def _wait_for_end(self, job_id: str, timeout_s: float) -> None:
+        done = self._done.get(job_id)
+        if done is None:
+            await self._clock.sleep(timeout_s)
+            return
+        waiter = asyncio.create_task(done.wait())
+        sleeper = asyncio.create_task(self._clock.sleep(timeout_s))
+        try:
+            await asyncio.wait((waiter, sleeper), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (waiter, sleeper):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(waiter, sleeper, return_exceptions=True)
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+
+    async def _client(self, agent: Agent) -> GatewayClient:
+        client = self._clients.get(agent.id)
+        if client is None:
+            client = self._clients[agent.id] = self._client_factory(agent)
+            await client.start()
+        return client
+
+    def _agent(self, agent_id: str | None) -> Agent:
+        try:
+            return self.agents.get(agent_id)
+        except KeyError:
+            raise ToolError(
+                f"agent: no agent {agent_id!r}; list_sessions shows the configured agents",
+                code="agent_not_found",
+                field="agent",
+            ) from None
+
+    async def _job(self, ident: str, field: str) -> Job:
+        job = self._live.get(ident)
+        if job is None:
+            lookup = self.store.get_by_task if ident.startswith("task_") else self.store.get
+            job = await asyncio.to_thread(lookup, ident)
+        if job is None:
+            code = "task_not_found" if field == "taskId" else "job_not_found"
+            raise ToolError(f"{field}: no task has this id", code=code, field=field)
+        return self._live.get(job.job_id, job)
+
+    async def _save(self, job: Job) -> None:
+        self._live[job.job_id] = await asyncio.to_thread(self.store.update, job)
+
+    async def _log(self, job_id: str, kind: str, message: str) -> None:
+        job = self._live[job_id]
+        self._live[job_id] = await asyncio.to_thread(self.store.append_log, job, kind, message, self._now_ms())
+
+    def _observe(self, job: Job) -> Observed:
+        client = self._clients.get(job.agent)
+        gateway: dict[str, Any] = {}
+        if client is not None:
+            parts = urlsplit(client.url)
+            gateway = {
+                "endpoint": f"{parts.scheme}://{parts.hostname}:{parts.port}"
+                if parts.port
+                else f"{parts.scheme}://{parts.hostname}",
+                "liveness": client.liveness,
+                "lastError": None if client.last_error is None else client.last_error.code,
+                "connects": client.connects,
+            }
+        if job.terminal:
+            return Observed("ended", gateway)
+        if client is None or job.job_id not in self._followers:
+            return Observed("recovering" if self.store.problem is None else "stalled", gateway)
+        if client.liveness != "connected":
+            return Observed(client.liveness, gateway)
+        last = self._activity.get(job.job_id)
+        quiet = last is None or self._clock.monotonic() - last > ACTIVE_WINDOW_S
+        return Observed("waiting" if quiet else "active", gateway)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.now().timestamp() * 1000)
+
+
+__all__ = ["ClientFactory", "ConnectService", "compose_message", "default_client_factory", "session_key_for"]

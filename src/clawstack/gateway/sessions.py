@@ -46,12 +46,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import sqlite3
-import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -62,6 +59,7 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.files import ensure_private_dir
 from clawstack.common.ids import new_uuid
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, open_database, take_writer_lock
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id, parse_session_key
 
@@ -390,9 +388,13 @@ class SessionStore:
             if self._db is not None:
                 raise SessionStoreError("the session store is already open")
             ensure_private_dir(self.path.parent)
-            lock_fd = self._take_lock()
             try:
-                self._create_private_file()
+                lock_fd = take_writer_lock(self.path)
+            except DatabaseLockedError as exc:
+                raise SessionStoreLockedError("another session store holds this database") from exc
+            except DatabaseError as exc:
+                raise SessionStoreError(f"the session store cannot be locked: {exc}") from exc
+            try:
                 self._db = self._connect()
             except BaseException:
                 # Best-effort release of the lock on any failure to open, then re-raise unchanged.
@@ -419,60 +421,13 @@ class SessionStore:
     ) -> None:
         self.close()
 
-    def _take_lock(self) -> int:
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise SessionStoreError("the session store's lock file cannot be opened") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise SessionStoreLockedError("another session store holds this database") from exc
-            raise SessionStoreError("the session store's lock cannot be taken") from exc
-        return fd
-
-    def _create_private_file(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise SessionStoreError("the session database cannot be created") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                raise SessionStoreError("the session database is not a regular file owned by this user")
-            os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
-
     def _connect(self) -> sqlite3.Connection:
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            return open_database(self.path, _SCHEMA, SCHEMA_VERSION, foreign_keys=True)
         except sqlite3.Error as exc:
-            raise SessionStoreError("the session database cannot be opened") from exc
-        try:
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise SessionStoreError("the session database cannot use write-ahead logging")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute("PRAGMA foreign_keys=ON")
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise SessionStoreError(f"the session database has schema version {version}, newer than this code")
-            db.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            db.close()
             raise SessionStoreError("the session database cannot be initialised") from exc
-        except SessionStoreError:
-            db.close()
-            raise
-        return db
+        except DatabaseError as exc:
+            raise SessionStoreError(f"the session database cannot be used: {exc}") from exc
 
     # -- transactions ------------------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir
+from clawstack.common.sqlite import DatabaseError, open_database
 
 State = Literal["accepted", "running", "revoking", "revoked", "stopped", "failed"]
 TERMINAL: Final = frozenset({"stopped", "failed"})
@@ -87,6 +88,9 @@ class Tombstone:
     cancelled_at: str
 
 
+#: The ledger's ``user_version``.
+SCHEMA_VERSION = 1
+
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
         installation TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL,
@@ -108,15 +112,9 @@ class Ledger:
     def open(self) -> None:
         ensure_private_dir(self.path.parent)
         try:
-            db = sqlite3.connect(self.path, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
-            for statement in _SCHEMA:
-                db.execute(statement)
-        except sqlite3.Error as exc:
+            self._db = open_database(self.path, _SCHEMA, SCHEMA_VERSION)
+        except (sqlite3.Error, DatabaseError) as exc:
             raise LedgerError("the run ledger cannot be opened") from exc
-        self._db = db
-        self.path.chmod(0o600)
 
     def close(self) -> None:
         if self._db is not None:

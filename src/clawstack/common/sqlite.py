@@ -1,0 +1,106 @@
+"""Durable SQLite stores: the one way every store here locks, creates, opens and migrates its database file.
+
+Every store (the run ledger, the gateway's sessions, ClawConnect's jobs and attachments) is one database file with
+one writer. :func:`take_writer_lock` takes an exclusive, non-blocking ``flock`` on ``<file>.lock`` (0600, never
+through a symlink) for as long as the store is open; :func:`open_database` creates the file private (0600, a
+regular file owned by this user, never through a symlink), turns on write-ahead logging (verified) and
+``synchronous=FULL``, refuses a schema newer than the code, and applies the schema statements and ``user_version``
+in one ``IMMEDIATE`` transaction.
+
+Errors are :class:`DatabaseLockedError` (another writer holds the lock) and :class:`DatabaseError` (with a short
+reason); stores translate them into their own error codes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import sqlite3
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["DatabaseError", "DatabaseLockedError", "open_database", "take_writer_lock"]
+
+
+class DatabaseError(Exception):
+    """The database file cannot be used; the message says why (never the file's content)."""
+
+
+class DatabaseLockedError(DatabaseError):
+    """Another process (or store) is the writer of this database."""
+
+
+def take_writer_lock(path: Path) -> int:
+    """Hold the exclusive lock of the database at ``path``; returns the lock's file descriptor (close to release)."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise DatabaseError(f"the lock file cannot be opened: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise DatabaseLockedError("another writer holds this database") from exc
+        raise DatabaseError(f"the lock cannot be taken: {exc.strerror or exc}") from exc
+    return fd
+
+
+def _create_private_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise DatabaseError(f"the database file cannot be created: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise DatabaseError("the database is not a regular file owned by this user")
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def open_database(
+    path: Path,
+    schema: Sequence[str],
+    version: int,
+    *,
+    check_integrity: bool = False,
+    foreign_keys: bool = False,
+) -> sqlite3.Connection:
+    """Create (private) or open ``path``, in WAL with ``synchronous=FULL``, migrated to ``schema`` at ``version``.
+
+    ``check_integrity`` runs ``PRAGMA quick_check`` first: a damaged file raises :class:`sqlite3.DatabaseError`
+    (as does a file that is not a database at all), which a store may answer by moving the file aside. The
+    connection is in autocommit mode (``isolation_level=None``) and may be used from other threads.
+    """
+    _create_private_file(path)
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise DatabaseError("the database cannot be opened") from exc
+    try:
+        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise DatabaseError("the database cannot use write-ahead logging")
+        db.execute("PRAGMA synchronous=FULL")
+        if foreign_keys:
+            db.execute("PRAGMA foreign_keys=ON")
+        if check_integrity and db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+            raise sqlite3.DatabaseError("quick_check failed")
+        found = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if found > version:
+            raise DatabaseError(f"the database has schema version {found}, newer than this code ({version})")
+        db.execute("BEGIN IMMEDIATE")
+        for statement in schema:
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version={int(version)}")
+        db.execute("COMMIT")
+    except BaseException:
+        # Best-effort close before the caller learns why the file cannot be used.
+        db.close()
+        raise
+    return db

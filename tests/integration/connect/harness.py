@@ -1,5 +1,7 @@
 """Real processes for ClawConnect's end-to-end tests: ``claw fake-llm serve``, ``claw gateway serve`` (restartable
 on the same port) and ``claw connect`` over stdio or Streamable HTTP, driven by the official MCP ``ClientSession``.
+:func:`peer_session` points ``claw connect`` at a gateway peer from ``tests/integration/gateway/peers.py`` instead
+(``claw gateway serve`` or the real OpenClaw gateway).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,8 @@ import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+
+from tests.integration.gateway import peers
 
 GATEWAY_PASSWORD = "connect-e2e-gateway-password"
 FAKE_KEY = "sk-connect-e2e"
@@ -129,17 +133,41 @@ def connect_env(gateway: GatewayProcess, **extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_session(data_dir: Path, env: Mapping[str, str]) -> AsyncIterator[ClientSession]:
-    """``claw connect mcp`` as a subprocess of the official stdio client, initialised."""
+async def stdio_session(
+    data_dir: Path, env: Mapping[str, str], *, args: Sequence[str] = ()
+) -> AsyncIterator[ClientSession]:
+    """``claw connect mcp`` (with ``args`` added) as a subprocess of the official stdio client, initialised."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "clawstack", "connect", "mcp", "--data-dir", str(data_dir), "--log-level", "warning"],
+        args=["-m", "clawstack", "connect", "mcp", "--data-dir", str(data_dir), "--log-level", "warning", *args],
         env={"HOME": str(data_dir), **env},
     )
     with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 (opening /dev/null does not block)
         async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             yield session
+
+
+def peer_agent(peer: peers.Peer) -> str:
+    """The ClawConnect agent id :func:`peer_session` configures for ``peer``."""
+    return "main" if peer.auth_mode == "token" else "openclaw"
+
+
+@asynccontextmanager
+async def peer_session(data_dir: Path, peer: peers.Peer) -> AsyncIterator[ClientSession]:
+    """:func:`stdio_session` on ``peer``: a peer in token mode through an ``agents.json`` (beside ``data_dir``) with
+    ``token``; a peer in password mode through the ``OPENCLAW_*`` environment fallback."""
+    if peer.auth_mode == "password":
+        env = {"OPENCLAW_URL": peer.url, "OPENCLAW_PASSWORD": peers.PASSWORD, "OPENCLAW_AGENT_ID": "main"}
+        async with stdio_session(data_dir, env) as session:
+            yield session
+        return
+    agents = data_dir.parent / "agents.json"
+    agents.parent.mkdir(parents=True, exist_ok=True)
+    agents.write_text(json.dumps({"agents": [{"id": peer_agent(peer), "url": peer.url, "token": peers.TOKEN}]}))
+    agents.chmod(0o600)
+    async with stdio_session(data_dir, {}, args=["--agents", str(agents)]) as session:
+        yield session
 
 
 class HttpConnect:

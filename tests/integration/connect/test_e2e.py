@@ -1,6 +1,11 @@
 """ClawConnect end to end: the official MCP client (``ClientSession``) drives ``claw connect mcp`` (stdio) and
 ``claw connect http`` (Streamable HTTP), which talk to a real ``claw gateway serve`` over a real WebSocket, with
 ``claw fake-llm serve`` (the scripted model, not a language model) behind it. Every piece is its own process.
+
+The tests that take ``peer`` run twice: against ``claw gateway serve`` and against the real OpenClaw gateway
+(``scripts/openclaw-up``; those cases skip, saying why, when it is not installed, and fail instead under
+``CLAWSTACK_REQUIRE_OPENCLAW=1``). They script the fake model with steps rather than ``@fake`` directives, which
+never reach the model through the real gateway.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.integration.connect.conftest import ScriptedModel
 from tests.integration.connect.harness import (
-    GATEWAY_PASSWORD,
     FakeModel,
     GatewayProcess,
     HttpConnect,
@@ -25,11 +30,13 @@ from tests.integration.connect.harness import (
     connect_env,
     free_port,
     http_session,
+    peer_agent,
+    peer_session,
     poll_until,
     stdio_session,
     wait_terminal,
 )
-from tests.integration.gateway.test_ws_protocol import connected
+from tests.integration.gateway import peers
 
 pytestmark = pytest.mark.slow
 TOKEN = "alice-token-0123456789abcdef"
@@ -52,10 +59,19 @@ async def wait_for_requests(fake: FakeModel, marker: str, n: int) -> None:
     await poll_until(enough)
 
 
-async def wait_for_answer_in_transcript(gateway: GatewayProcess, session_key: str) -> None:
+async def wait_for_completions(fake: peers.FakeModel, marker: str, n: int) -> None:
+    """Until ``n`` model calls carried ``marker`` in a user message."""
+
+    async def enough() -> bool:
+        return await asyncio.to_thread(fake.completions_mentioning, marker) >= n
+
+    await poll_until(enough)
+
+
+async def wait_for_answer_in_transcript(peer: peers.Peer, session_key: str) -> None:
     """Read the gateway's transcript (as any client could) until the session has an assistant message."""
     async with aiohttp.ClientSession() as http:
-        client = await connected(http, gateway.port, auth={"password": GATEWAY_PASSWORD})
+        client = await peers.PeerClient.connected(http, peer.url, auth=peer.credentials)
 
         async def answered() -> bool:
             res = await client.request("chat.history", {"sessionKey": session_key})
@@ -89,10 +105,14 @@ async def test_both_transports_serve_the_identical_tool_list(tmp_path: Path, gat
         assert tool.description.startswith("READ ONLY:") == (tool.name != "run_task")
 
 
-async def test_a_task_runs_to_completion_over_stdio(tmp_path: Path, gateway: GatewayProcess) -> None:
-    async with stdio_session(tmp_path / "c", connect_env(gateway)) as session:
-        job = await call(session, "run_task", {"task": "@fake reply: pong from the fake", "senderName": "Ada"})
+async def test_a_task_runs_to_completion_over_stdio(
+    tmp_path: Path, peer: peers.Peer, scripted_model: ScriptedModel
+) -> None:
+    fake = scripted_model([{"reply": "pong from the fake"}])
+    async with peer_session(tmp_path / "c", peer) as session:
+        job = await call(session, "run_task", {"task": "done-marker: answer pong", "senderName": "Ada"})
         assert job["status"] == "running"
+        assert job["agent"] == peer_agent(peer)
         assert job["nextAction"] == {
             "tool": "check_task",
             "args": {"jobId": job["jobId"], "sessionKey": job["sessionKey"]},
@@ -107,8 +127,9 @@ async def test_a_task_runs_to_completion_over_stdio(tmp_path: Path, gateway: Gat
         assert snap["isError"] is False
         assert "prompt" not in snap
         prompt = await call(session, "get_task", {"taskId": job["taskId"], "detail": "prompt"})
-        assert prompt["prompt"]["task"] == "@fake reply: pong from the fake"
+        assert prompt["prompt"]["task"] == "done-marker: answer pong"
         assert prompt["prompt"]["senderName"] == "Ada"
+    assert fake.completions_mentioning("done-marker") == 1
 
 
 async def test_a_long_task_is_followed_with_check_task_waits_over_http(tmp_path: Path, gateway: GatewayProcess) -> None:
@@ -132,18 +153,20 @@ async def test_a_long_task_is_followed_with_check_task_waits_over_http(tmp_path:
 
 
 async def test_a_second_task_on_a_busy_session_is_refused(
-    tmp_path: Path, gateway: GatewayProcess, fake_model: FakeModel
+    tmp_path: Path, peer: peers.Peer, scripted_model: ScriptedModel
 ) -> None:
-    async with stdio_session(tmp_path / "c", connect_env(gateway)) as session:
-        job = await call(session, "run_task", {"task": "@fake delay-ms: 1500\n@fake reply: first"})
+    fake = scripted_model([{"reply": "first", "delay_ms": 1500}, {"reply": "second"}])
+    async with peer_session(tmp_path / "c", peer) as session:
+        job = await call(session, "run_task", {"task": "the first task"})
         refused = await call(session, "run_task", {"task": "busy-marker second", "sessionKey": job["sessionKey"]})
         assert refused["error"]["code"] == "session_busy"
         assert refused["error"]["activeJobId"] == job["jobId"]
         assert len((await call(session, "list_tasks", {"view": "all"}))["tasks"]) == 1
-        await wait_terminal(session, job)
-        again = await call(session, "run_task", {"task": "@fake reply: second", "sessionKey": job["sessionKey"]})
+        assert (await wait_terminal(session, job))["summary"] == "first"
+        again = await call(session, "run_task", {"task": "the second task", "sessionKey": job["sessionKey"]})
         assert (await wait_terminal(session, again))["summary"] == "second"
-        assert requests_for(fake_model, "busy-marker") == 0
+    assert fake.completions_mentioning("busy-marker") == 0
+    assert fake.completions_mentioning("the second task") == 1
 
 
 async def test_a_gateway_restart_mid_task_ends_the_task_interrupted_never_twice(
@@ -184,22 +207,22 @@ async def test_a_connect_restart_mid_task_loses_nothing(
 
 
 async def test_an_answer_given_while_connect_was_down_is_read_from_the_transcript(
-    tmp_path: Path, gateway: GatewayProcess, fake_model: FakeModel
+    tmp_path: Path, peer: peers.Peer, scripted_model: ScriptedModel
 ) -> None:
+    fake = scripted_model([{"reply": "done meanwhile", "delay_ms": 1000}])
     data = tmp_path / "c"
-    env = connect_env(gateway)
-    async with stdio_session(data, env) as session:
-        job = await call(session, "run_task", {"task": "away-marker\n@fake delay-ms: 500\n@fake reply: done meanwhile"})
-        await wait_for_requests(fake_model, "away-marker", 1)
-    await wait_for_answer_in_transcript(gateway, job["sessionKey"])
-    async with stdio_session(data, env) as session:
+    async with peer_session(data, peer) as session:
+        job = await call(session, "run_task", {"task": "away-marker: answer later"})
+        await wait_for_completions(fake, "away-marker", 1)
+    await wait_for_answer_in_transcript(peer, job["sessionKey"])
+    async with peer_session(data, peer) as session:
         snap = await wait_terminal(session, job)
         assert (snap["status"], snap["terminalReason"], snap["summary"]) == (
             "completed",
             "transcript",
             "done meanwhile",
         )
-    assert requests_for(fake_model, "away-marker") == 1
+    assert fake.completions_mentioning("away-marker") == 1
 
 
 async def test_bad_input_gets_structured_errors_and_stores_nothing(tmp_path: Path, gateway: GatewayProcess) -> None:

@@ -2,11 +2,15 @@
 
 Shared by the peer protocol tests (``test_peer_protocol.py``) and ``bench/gateway_vs_openclaw.py``. Both peers get
 the same offline config document (clawstack accepts OpenClaw's key names and ignores the offline-only keys), a free
-port on 127.0.0.1, token auth, and a ``claw fake-llm serve`` process as their only model provider.
+port on 127.0.0.1, token auth (or password auth, on request), and a ``claw fake-llm serve`` process as their only
+model provider.
 
 The real gateway is installed by ``scripts/openclaw-up`` under ``.peers/`` (``.peers/bin/node`` and
 ``.peers/openclaw/node_modules/openclaw/openclaw.mjs``); :func:`openclaw_missing_reason` says when it is not. It
-runs with a scratch ``HOME``/``OPENCLAW_HOME`` so nothing outside the work directory is read or written.
+runs with a scratch ``HOME``/``OPENCLAW_HOME`` so nothing outside the work directory is read or written. The same
+script installs the MCP Inspector (:data:`INSPECTOR_CLI`, run with :data:`NODE`; :func:`inspector_missing_reason`).
+:func:`openclaw_marks` and :func:`inspector_marks` skip tests that need them where they are missing, except under
+``CLAWSTACK_REQUIRE_OPENCLAW=1`` (CI), where such a test fails instead.
 """
 
 from __future__ import annotations
@@ -20,20 +24,25 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 __all__ = [
+    "AUTH_MODES",
+    "INSPECTOR_CLI",
     "MODEL",
     "NODE",
     "OPENCLAW_ENTRY",
+    "PASSWORD",
     "PEER_NAMES",
     "PROVIDER",
     "REQUIRE_OPENCLAW_ENV",
@@ -45,8 +54,12 @@ __all__ = [
     "connect_params",
     "descendants",
     "free_port",
+    "inspector_marks",
+    "inspector_missing_reason",
     "offline_config",
+    "openclaw_marks",
     "openclaw_missing_reason",
+    "running_peer",
     "start_fake_model",
     "start_peer",
     "tree_rss_kib",
@@ -57,12 +70,18 @@ REPO = Path(__file__).resolve().parents[3]
 PEERS_DIR = REPO / ".peers"
 NODE = PEERS_DIR / "bin" / "node"
 OPENCLAW_ENTRY = PEERS_DIR / "openclaw" / "node_modules" / "openclaw" / "openclaw.mjs"
+#: The MCP Inspector's launcher (the package's ``mcp-inspector`` bin); ``--cli`` selects its CLI mode.
+INSPECTOR_CLI = (
+    PEERS_DIR / "inspector" / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients/launcher/build/index.js"
+)
 
 REQUIRE_OPENCLAW_ENV = "CLAWSTACK_REQUIRE_OPENCLAW"
 """Set to ``1`` where the real gateway must be installed (CI): its tests then fail instead of skipping."""
 
 PEER_NAMES = ("claw", "openclaw")
 TOKEN = "peer-test-token-0123456789"
+PASSWORD = "peer-test-password-0123456789"
+AUTH_MODES = ("token", "password")
 FAKE_API_KEY = "sk-peer-fake-0123456789"
 PROVIDER = "fake"
 MODEL = "fake-model"
@@ -81,6 +100,31 @@ def openclaw_missing_reason() -> str | None:
         if not path.exists():
             return f"the real OpenClaw gateway is not installed ({path} is missing); run scripts/openclaw-up"
     return None
+
+
+def inspector_missing_reason() -> str | None:
+    """Why the MCP Inspector CLI cannot run here, or ``None`` when ``scripts/openclaw-up`` installed it."""
+    for path in (NODE, INSPECTOR_CLI):
+        if not path.exists():
+            return f"the MCP Inspector is not installed ({path} is missing); run scripts/openclaw-up"
+    return None
+
+
+def _required_marks(mark: pytest.MarkDecorator, what: str, reason: str | None) -> list[pytest.MarkDecorator]:
+    marks = [mark, pytest.mark.slow]
+    if os.environ.get(REQUIRE_OPENCLAW_ENV) != "1":
+        marks.append(pytest.mark.skipif(reason is not None, reason=f"needs {what}: {reason}"))
+    return marks
+
+
+def openclaw_marks() -> list[pytest.MarkDecorator]:
+    """``openclaw`` and ``slow``, and a skip saying why when the real gateway is missing (unless required)."""
+    return _required_marks(pytest.mark.openclaw, "the real OpenClaw gateway", openclaw_missing_reason())
+
+
+def inspector_marks() -> list[pytest.MarkDecorator]:
+    """``inspector`` and ``slow``, and a skip saying why when the MCP Inspector is missing (unless required)."""
+    return _required_marks(pytest.mark.inspector, "the MCP Inspector CLI", inspector_missing_reason())
 
 
 def claw_executable() -> str:
@@ -229,14 +273,24 @@ def start_fake_model(log_path: Path, *, port: int = 0, script: list[dict[str, An
     return FakeModel(proc, line.removeprefix(prefix).strip())
 
 
-def offline_config(port: int, fake_base_url: str, workdir: Path) -> dict[str, Any]:
-    """The one config document both peers run with (the reference's offline OpenClaw config)."""
+def _credentials(auth_mode: str) -> dict[str, str]:
+    """What a client sends as ``connect`` ``auth`` to a peer in ``auth_mode``."""
+    if auth_mode not in AUTH_MODES:
+        raise ValueError(f"unknown auth mode {auth_mode!r}; one of {AUTH_MODES}")
+    return {"token": TOKEN} if auth_mode == "token" else {"password": PASSWORD}
+
+
+def offline_config(port: int, fake_base_url: str, workdir: Path, *, auth_mode: str = "token") -> dict[str, Any]:
+    """The one config document both peers run with (the reference's offline OpenClaw config).
+
+    ``auth_mode`` ``token`` (the default) admits :data:`TOKEN`; ``password`` admits :data:`PASSWORD`.
+    """
     return {
         "gateway": {
             "mode": "local",
             "port": port,
             "bind": "loopback",
-            "auth": {"mode": "token", "token": TOKEN},
+            "auth": {"mode": auth_mode, **_credentials(auth_mode)},
             "tailscale": {"mode": "off"},
         },
         "update": {"checkOnStart": False},
@@ -285,10 +339,16 @@ class Peer:
     spawned_at: float
     listening_at: float
     ready_at: float = 0.0
+    auth_mode: str = "token"
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/"
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """The ``connect`` ``auth`` this peer admits: ``{"token": TOKEN}`` or ``{"password": PASSWORD}``."""
+        return _credentials(self.auth_mode)
 
     @property
     def startup_s(self) -> float:
@@ -334,11 +394,13 @@ def _command(name: str, workdir: Path, config_path: Path) -> tuple[list[str], di
     raise ValueError(f"unknown peer {name!r}; one of {PEER_NAMES}")
 
 
-def start_peer(name: str, workdir: Path, fake_base_url: str, *, timeout_s: float = START_TIMEOUT_S) -> Peer:
+def start_peer(
+    name: str, workdir: Path, fake_base_url: str, *, timeout_s: float = START_TIMEOUT_S, auth_mode: str = "token"
+) -> Peer:
     """Start peer ``name`` (``claw`` or ``openclaw``) in ``workdir``; return once its socket accepts connections."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    document = offline_config(port, fake_base_url, workdir)
+    document = offline_config(port, fake_base_url, workdir, auth_mode=auth_mode)
     (workdir / "workspace").mkdir(exist_ok=True)
     # The real gateway reads $OPENCLAW_HOME/.openclaw/openclaw.json; claw takes --config.
     config_path = workdir / ("home/.openclaw/openclaw.json" if name == "openclaw" else "gateway.json5")
@@ -359,7 +421,7 @@ def start_peer(name: str, workdir: Path, fake_base_url: str, *, timeout_s: float
             _stop_process(proc)
             raise RuntimeError(f"{name} did not listen on {port} within {timeout_s:g} s:\n{_tail(log_path)}")
         time.sleep(0.02)
-    return Peer(name, proc, port, workdir, log_path, spawned_at, time.perf_counter())
+    return Peer(name, proc, port, workdir, log_path, spawned_at, time.perf_counter(), auth_mode=auth_mode)
 
 
 async def wait_ready(peer: Peer, *, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -369,7 +431,7 @@ async def wait_ready(peer: Peer, *, timeout_s: float = START_TIMEOUT_S) -> None:
         while True:
             client = await PeerClient.open(http, peer.url)
             try:
-                res = await client.request("connect", connect_params())
+                res = await client.request("connect", connect_params(auth=peer.credentials))
             finally:
                 await client.ws.close()
             if res["ok"]:
@@ -379,6 +441,29 @@ async def wait_ready(peer: Peer, *, timeout_s: float = START_TIMEOUT_S) -> None:
             if error.get("code") != "UNAVAILABLE" or time.perf_counter() > deadline:
                 raise RuntimeError(f"{peer.name} refused connect: {error}\n{peer.log_tail()}")
             await asyncio.sleep(min(float(error.get("retryAfterMs", 200)), 1000.0) / 1000)
+
+
+@contextlib.contextmanager
+def running_peer(name: str, model_port: int, *, auth_mode: str = "token") -> Iterator[Peer]:
+    """Peer ``name`` in a scratch directory under /tmp, ready (``hello-ok``), with its model on ``model_port``.
+
+    Stopped and removed on exit. A missing real gateway fails here: tests that may skip carry
+    :func:`openclaw_marks`, so reaching this without it means ``CLAWSTACK_REQUIRE_OPENCLAW=1``.
+    """
+    if name == "openclaw":
+        reason = openclaw_missing_reason()
+        if reason is not None:
+            pytest.fail(f"{REQUIRE_OPENCLAW_ENV}=1 but {reason}")
+    workdir = Path(tempfile.mkdtemp(prefix=f"peer-{name}-", dir="/tmp"))
+    try:
+        gateway = start_peer(name, workdir, f"http://127.0.0.1:{model_port}/v1", auth_mode=auth_mode)
+        try:
+            asyncio.run(wait_ready(gateway))
+            yield gateway
+        finally:
+            gateway.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def connect_params(**overrides: Any) -> dict[str, Any]:

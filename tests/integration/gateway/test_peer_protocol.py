@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,29 +28,18 @@ import pytest
 from tests.integration.gateway.peers import (
     MODEL,
     PROVIDER,
-    REQUIRE_OPENCLAW_ENV,
     TOKEN,
     FakeModel,
     Peer,
     PeerClient,
     connect_params,
     free_port,
-    openclaw_missing_reason,
+    openclaw_marks,
+    running_peer,
     start_fake_model,
-    start_peer,
-    wait_ready,
 )
 
-
-def _openclaw_marks() -> list[pytest.MarkDecorator]:
-    marks = [pytest.mark.openclaw, pytest.mark.slow]
-    if os.environ.get(REQUIRE_OPENCLAW_ENV) != "1":
-        reason = openclaw_missing_reason()
-        marks.append(pytest.mark.skipif(reason is not None, reason=f"needs the real OpenClaw gateway: {reason}"))
-    return marks
-
-
-PEERS = [pytest.param("claw", id="claw"), pytest.param("openclaw", id="openclaw", marks=_openclaw_marks())]
+PEERS = [pytest.param("claw", id="claw"), pytest.param("openclaw", id="openclaw", marks=openclaw_marks())]
 
 REPLY = "pong from fake"
 MAIN_KEY = "agent:main:main"
@@ -67,21 +52,8 @@ def model_port() -> int:
 
 @pytest.fixture(scope="module", params=PEERS)
 def peer(request: pytest.FixtureRequest, model_port: int) -> Iterator[Peer]:
-    name: str = request.param
-    if name == "openclaw":
-        reason = openclaw_missing_reason()
-        if reason is not None:
-            pytest.fail(f"{REQUIRE_OPENCLAW_ENV}=1 but {reason}")
-    workdir = Path(tempfile.mkdtemp(prefix=f"peer-{name}-", dir="/tmp"))
-    try:
-        gateway = start_peer(name, workdir, f"http://127.0.0.1:{model_port}/v1")
-        try:
-            asyncio.run(wait_ready(gateway))
-            yield gateway
-        finally:
-            gateway.stop()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with running_peer(request.param, model_port) as gateway:
+        yield gateway
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from clawstack.connect import (
     load_agents,
     serve_stdio,
 )
+from clawstack.connect.agent_session import ENV_VAR, AgentSessionRuntimeRegistry, load_runtime_modules
 from clawstack.connect.jobs import STORE_FILE
 
 __all__ = ["READY_PREFIX", "connect"]
@@ -60,7 +61,12 @@ def _options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group(name="connect")
 def connect() -> None:
-    """ClawConnect: run tasks on gateway agents from MCP clients (docs/connect.md)."""
+    """ClawConnect: run tasks on gateway agents from MCP clients (docs/connect.md).
+
+    Agent-session runtimes come only from the host modules named by CLAWCONNECT_AGENT_SESSION_RUNTIME_MODULES
+    (comma- or newline-separated module paths or .py files); without it none is registered. Each callback runs
+    under AGENT_SESSION_CALL_TIMEOUT_MS (default 60000).
+    """
 
 
 def _prepare(agents_path: Path | None, data_dir: Path | None, log_level: str) -> tuple[AgentRegistry, JobStore]:
@@ -71,6 +77,13 @@ def _prepare(agents_path: Path | None, data_dir: Path | None, log_level: str) ->
         raise click.ClickException(f"[{exc.code}] {exc.message}") from exc
     directory = (data_dir if data_dir is not None else DEFAULT_DATA_DIR).expanduser()
     return agents, JobStore(directory / STORE_FILE)
+
+
+def _agent_session_runtimes() -> AgentSessionRuntimeRegistry:
+    """A new registry holding only what the operator's host modules register (nothing without the variable)."""
+    registry = AgentSessionRuntimeRegistry()
+    load_runtime_modules(registry, os.environ.get(ENV_VAR))
+    return registry
 
 
 async def _start(service: ConnectService) -> None:
@@ -89,16 +102,17 @@ def mcp(agents_path: Path | None, data_dir: Path | None, log_level: str) -> None
     from the gateway at the next start.
     """
     agents, store = _prepare(agents_path, data_dir, log_level)
-    asyncio.run(_serve_mcp(ConnectService(agents, store)))
+    runtimes = _agent_session_runtimes()
+    asyncio.run(_serve_mcp(ConnectService(agents, store, agent_session_runtimes=runtimes), runtimes))
 
 
-async def _serve_mcp(service: ConnectService) -> None:
+async def _serve_mcp(service: ConnectService, runtimes: AgentSessionRuntimeRegistry) -> None:
     await _start(service)
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
-    serving = asyncio.create_task(serve_stdio(service))
+    serving = asyncio.create_task(serve_stdio(service, agent_session_runtimes=runtimes))
     stop_wait = asyncio.create_task(stopping.wait())
     try:
         await asyncio.wait((serving, stop_wait), return_when=asyncio.FIRST_COMPLETED)
@@ -130,16 +144,21 @@ def http(agents_path: Path | None, data_dir: Path | None, log_level: str, host: 
         auth = TokenAuth.from_env(os.environ)
     except ConnectError as exc:
         raise click.ClickException(f"[{exc.code}] {exc.message}") from exc
-    asyncio.run(_serve_http(ConnectService(agents, store), auth, host, port))
+    runtimes = _agent_session_runtimes()
+    service = ConnectService(agents, store, agent_session_runtimes=runtimes)
+    asyncio.run(_serve_http(service, runtimes, auth, host, port))
 
 
-async def _serve_http(service: ConnectService, auth: TokenAuth, host: str, port: int) -> None:
+async def _serve_http(
+    service: ConnectService, runtimes: AgentSessionRuntimeRegistry, auth: TokenAuth, host: str, port: int
+) -> None:
     server: HttpServer | None = None
 
     async def start() -> str:
         nonlocal server
         try:
-            server = HttpServer(create_app(service, auth, host=host), host=host, port=port)
+            app = create_app(service, auth, host=host, agent_session_runtimes=runtimes)
+            server = HttpServer(app, host=host, port=port)
         except OSError as exc:
             raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from exc
         await _start(service)

@@ -4,7 +4,8 @@
 :class:`ConnectService` through :func:`create_mcp_server`. Agents come from ``agents.json`` (:func:`load_agents`);
 jobs live in a durable SQLite :class:`JobStore`; :class:`GatewayClient` speaks the gateway WebSocket protocol (this
 package never imports :mod:`clawstack.gateway`). Every error is a :class:`ConnectError` (see
-:mod:`clawstack.connect.errors`). docs/connect.md describes the tools and their fields.
+:mod:`clawstack.connect.errors`). The opt-in seam that attaches a task to a managed agent session in a runtime
+someone else owns is :mod:`clawstack.connect.agent_session`. docs/connect.md describes the tools and their fields.
 """
 
 from clawstack.connect.agents import Agent, AgentRegistry, load_agents, parse_agents

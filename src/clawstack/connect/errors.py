@@ -12,6 +12,10 @@
           │    │                           "gateway_handshake_invalid"
           │    └── GatewayRequestError     the gateway answered ``ok: false``; ``code`` is its wire code
           ├── JobStoreError                "job_store_unavailable", "job_store_locked", "job_store_corrupt"
+          ├── AgentSessionError            "agent_session_error": the agent-session seam
+          │    ├── AgentSessionRegistrationError "agent_session_registration_invalid": a runtime refused at
+          │    │                           registration (bad id, duplicate id, missing or non-callable callback)
+          │    └── AttachmentStoreError    "attachment_store_unavailable", "attachment_store_locked"
           └── ToolError                    a tool call refused; answered as a structured error result
                ├── "invalid_arguments", "unknown_tool", "agent_not_found", "job_not_found",
                │   "task_not_found", "session_not_found"
@@ -84,6 +88,24 @@ class JobStoreError(ConnectError):
     code = "job_store_unavailable"
 
 
+class AgentSessionError(ConnectError):
+    """The agent-session seam (:mod:`clawstack.connect.agent_session`)."""
+
+    code = "agent_session_error"
+
+
+class AgentSessionRegistrationError(AgentSessionError):
+    """A runtime cannot be registered: a bad or duplicate id, a missing or non-callable callback."""
+
+    code = "agent_session_registration_invalid"
+
+
+class AttachmentStoreError(AgentSessionError):
+    """The attachment store cannot be opened, read or written."""
+
+    code = "attachment_store_unavailable"
+
+
 class ToolError(ConnectError):
     """A tool call refused with a stable code; ``data`` adds machine-readable fields to the error result."""
 
@@ -106,7 +128,10 @@ class SessionBusyError(ToolError):
 
 
 __all__ = [
+    "AgentSessionError",
+    "AgentSessionRegistrationError",
     "AgentsConfigError",
+    "AttachmentStoreError",
     "ConnectError",
     "GatewayError",
     "GatewayRequestError",

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.auth import TokenAuth
 from clawstack.connect.server import CALLER_STATE_KEY, create_mcp_server
 from clawstack.connect.service import ConnectService
@@ -92,9 +93,17 @@ class AuthGuard:
         await self.app(scope, receive, send)
 
 
-def create_app(service: ConnectService, auth: TokenAuth, *, host: str = "127.0.0.1") -> ASGIApp:
-    """The HTTP application: the SDK's Streamable HTTP app for :func:`create_mcp_server`, behind :class:`AuthGuard`."""
-    server = create_mcp_server(service)
+def create_app(
+    service: ConnectService,
+    auth: TokenAuth,
+    *,
+    host: str = "127.0.0.1",
+    agent_session_runtimes: AgentSessionRuntimeRegistry | None = None,
+) -> ASGIApp:
+    """The HTTP application: the SDK's Streamable HTTP app for :func:`create_mcp_server`, behind :class:`AuthGuard`.
+
+    ``agent_session_runtimes`` is injected as :func:`create_mcp_server` does."""
+    server = create_mcp_server(service, agent_session_runtimes=agent_session_runtimes)
     app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
     return AuthGuard(app, auth, service.health)
 

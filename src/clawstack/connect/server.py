@@ -27,6 +27,7 @@ from mcp_types import (
 )
 
 from clawstack import __version__
+from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.errors import ToolError
 from clawstack.connect.service import ConnectService
 from clawstack.connect.tools import TOOLS
@@ -68,14 +69,17 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return caller if isinstance(caller, str) else None
 
 
-def create_mcp_server(service: ConnectService, *, agent_session_runtimes: None = None) -> Server[Any]:
+def create_mcp_server(
+    service: ConnectService, *, agent_session_runtimes: AgentSessionRuntimeRegistry | None = None
+) -> Server[Any]:
     """The MCP server for ``service``.
 
-    ``agent_session_runtimes`` is where an agent-session runtime registry will be injected; this build has none
-    and takes only ``None``, so every task's ``agentSession`` is ``null``.
+    ``agent_session_runtimes`` is the host's agent-session runtime registry, injected into ``service`` (a
+    :class:`ValueError` if the service already has a different one); ``None`` keeps the service's own, which is
+    empty unless one was given to :class:`ConnectService`. The tool list is the same either way.
     """
     if agent_session_runtimes is not None:
-        raise ValueError("agent-session runtimes are not supported by this build")
+        service.use_agent_session_runtimes(agent_session_runtimes)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=tool_definitions())
@@ -96,9 +100,11 @@ def create_mcp_server(service: ConnectService, *, agent_session_runtimes: None =
     )
 
 
-async def serve_stdio(service: ConnectService) -> None:
+async def serve_stdio(
+    service: ConnectService, *, agent_session_runtimes: AgentSessionRuntimeRegistry | None = None
+) -> None:
     """Serve MCP on this process's stdin/stdout until stdin closes. Only protocol goes to stdout."""
-    server = create_mcp_server(service)
+    server = create_mcp_server(service, agent_session_runtimes=agent_session_runtimes)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 

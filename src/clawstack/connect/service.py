@@ -6,6 +6,11 @@
 and recovers every job a previous process left running from the gateway's transcript; :meth:`ConnectService.stop`
 stops following (the jobs stay ``running`` in the store, for the next start) and closes everything.
 
+:class:`~clawstack.connect.agent_session.AgentSessionRuntimeRegistry` is injected (an empty one by default, with
+which the service behaves exactly as without the seam): a ``run_task`` context's agent-session marker or directive
+is stripped from the message and applied after the busy check, and ``check_task``, ``get_task`` and
+``get_session`` read the conversation's current attachment (``agentSession``) when they are called.
+
 :meth:`ConnectService.call` is what a transport calls: a tool name, its raw arguments and the caller's name (an
 HTTP token's owner, or ``None``), answered with a JSON object or a
 :class:`~clawstack.connect.errors.ToolError`.
@@ -17,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Callable
 from typing import Any, Final
@@ -24,6 +30,11 @@ from urllib.parse import urlsplit
 
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_id, new_uuid
+from clawstack.connect.agent_session.attachments import Attachment
+from clawstack.connect.agent_session.directives import parse_context
+from clawstack.connect.agent_session.dispatch import call_timeout_ms_from_env
+from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
+from clawstack.connect.agent_session.sessions import RECOVERED_REASON, RESULT_SOURCE, AgentSessions
 from clawstack.connect.agents import Agent, AgentRegistry
 from clawstack.connect.errors import ConnectError, ToolError
 from clawstack.connect.follow import DEFAULT_STALL_CHECK_S, Outcome, RunFollower
@@ -80,7 +91,9 @@ def session_key_for(agent: Agent, given: str | None) -> str:
 
 class ConnectService:
     """See the module docstring. ``client_factory`` makes a gateway client for an agent (tests shorten its
-    timeouts); ``stall_check_s`` is how long a quiet run waits before it is reconciled."""
+    timeouts); ``stall_check_s`` is how long a quiet run waits before it is reconciled; ``agent_session_runtimes``
+    is the agent-session runtime registry (default: a new, empty one) and ``agent_session_call_timeout_ms`` the
+    seam's deadline (default: ``AGENT_SESSION_CALL_TIMEOUT_MS``, else 60 s)."""
 
     def __init__(
         self,
@@ -90,10 +103,20 @@ class ConnectService:
         clock: Clock | None = None,
         client_factory: ClientFactory = default_client_factory,
         stall_check_s: float = DEFAULT_STALL_CHECK_S,
+        agent_session_runtimes: AgentSessionRuntimeRegistry | None = None,
+        agent_session_call_timeout_ms: int | None = None,
     ) -> None:
         self.agents = agents
         self.store = store
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._runtimes_injected = agent_session_runtimes is not None
+        timeout_ms = agent_session_call_timeout_ms or call_timeout_ms_from_env(os.environ)
+        self.agent_sessions = AgentSessions(
+            agent_session_runtimes if agent_session_runtimes is not None else AgentSessionRuntimeRegistry(),
+            store.path.parent,
+            clock=self._clock,
+            call_timeout_ms=timeout_ms,
+        )
         self._client_factory = client_factory
         self._stall_check_s = stall_check_s
         self._clients: dict[str, GatewayClient] = {}
@@ -104,6 +127,21 @@ class ConnectService:
         self._stopping = False
         self.recovered_job_ids: tuple[str, ...] = ()
         """The running jobs :meth:`start` found and resumed following."""
+
+    @property
+    def agent_session_runtimes(self) -> AgentSessionRuntimeRegistry:
+        """The injected agent-session runtime registry."""
+        return self.agent_sessions.registry
+
+    def use_agent_session_runtimes(self, registry: AgentSessionRuntimeRegistry) -> None:
+        """Inject ``registry`` (what the server factories do); refused when another one was injected already."""
+        if registry is self.agent_sessions.registry:
+            return
+        if self._runtimes_injected:
+            raise ValueError("this service already has another agent-session runtime registry")
+        self._runtimes_injected = True
+        self.agent_sessions.registry = registry
+        self.agent_sessions.dispatcher.registry = registry
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -117,6 +155,7 @@ class ConnectService:
         if self.store.problem is not None:
             _log.error("%s", self.store.problem)
             return
+        await self.agent_sessions.start()
         running = await asyncio.to_thread(self.store.running)
         self.recovered_job_ids = tuple(job.job_id for job in running)
         for job in running:
@@ -137,6 +176,7 @@ class ConnectService:
             await asyncio.wait(tasks)
         for client in self._clients.values():
             await client.aclose()
+        await self.agent_sessions.stop()
         await asyncio.to_thread(self.store.close)
 
     def health(self) -> dict[str, Any]:
@@ -174,6 +214,9 @@ class ConnectService:
 
     async def run_task(self, args: RunTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
         agent = self._agent(args.agent)
+        parsed = parse_context(args.context)
+        if parsed.problem is not None:
+            _log.warning("an agent-session directive was ignored: %s", parsed.problem)
         now = self._now_ms()
         job = Job(
             job_id=new_id("job_"),
@@ -184,11 +227,14 @@ class ConnectService:
             session_key=session_key_for(agent, args.sessionKey),
             created_at_ms=now,
             updated_at_ms=now,
-            prompt={"task": args.task, "context": args.context, "senderName": args.senderName},
-            message=compose_message(args.task, args.context, args.senderName),
+            prompt={"task": args.task, "context": parsed.text, "senderName": args.senderName},
+            message=compose_message(args.task, parsed.text, args.senderName),
             caller=caller,
         )
         await asyncio.to_thread(self.store.create, job)
+        if parsed.directive is not None:
+            # Only now: the busy check has passed and the job is on disk.
+            await self.agent_sessions.apply(job.session_key, job.job_id, parsed.directive, args.task)
         self._live[job.job_id] = job
         self._follow(job.job_id, recovering=False)
         return {
@@ -211,16 +257,22 @@ class ConnectService:
         if args.mode == "wait" and not job.terminal:
             await self._wait_for_end(job.job_id, clamp_wait_ms(args.waitMs) / 1000)
             job = await self._job(job.job_id, "jobId")
+        attachment = await self.agent_sessions.read(job.session_key)
+        job = await self._recover(job, attachment)
         known = max(0, args.knownLogCount or 0)
         logs = await asyncio.to_thread(self.store.logs, job.job_id, since_index=known)
-        return task_snapshot(job, self._observe(job), logs, self._now_ms())
+        view, agent_session = self._with_attachment(job, attachment)
+        return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
     async def get_task(self, args: GetTaskArgs) -> dict[str, Any]:
         job = await self._job(args.taskId, "taskId")
+        attachment = await self.agent_sessions.read(job.session_key)
+        job = await self._recover(job, attachment)
         logs = None
         if args.detail in ("updates", "full"):
             logs = await asyncio.to_thread(self.store.logs, job.job_id)
-        return detail_snapshot(job, args.detail, self._observe(job), logs, self._now_ms())
+        view, agent_session = self._with_attachment(job, attachment)
+        return detail_snapshot(view, args.detail, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
     async def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
         jobs, total = await asyncio.to_thread(self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT)
@@ -249,7 +301,7 @@ class ConnectService:
                 next_after = entries[-1].seq
         result["events"] = events
         result["nextAfter"] = next_after
-        result["agentSession"] = None
+        result["agentSession"] = self.agent_sessions.render(await self.agent_sessions.read(args.sessionId))
         return result
 
     async def list_sessions(self) -> dict[str, Any]:
@@ -271,6 +323,33 @@ class ConnectService:
                 }
             )
         return {"sessions": sessions, "agents": self.agents.public(), "defaultAgent": self.agents.default_id}
+
+    # -- agent sessions ----------------------------------------------------------------------------------------
+
+    async def _recover(self, job: Job, attachment: Attachment | None) -> Job:
+        """Store the answer of the session a turn delegated to, when the gateway's own agent gave none."""
+        if attachment is None or not job.terminal:
+            return job
+        answer = self.agent_sessions.recovered_answer(
+            attachment, turn_id=job.job_id, status=job.status, started_at_ms=job.created_at_ms
+        )
+        if answer is None:
+            return job
+        recovered = dataclasses.replace(
+            job, status="completed", summary=answer, result_source=RESULT_SOURCE, terminal_reason=RECOVERED_REASON
+        )
+        message = f"the answer was recovered from the attached agent session (runtime {attachment.runtime})"
+        return await asyncio.to_thread(self.store.append_log, recovered, "agent-session", message, self._now_ms())
+
+    def _with_attachment(self, job: Job, attachment: Attachment | None) -> tuple[Job, dict[str, Any] | None]:
+        """The job as shown (a session blocked on a human stays actionable in the summary) and ``agentSession``."""
+        if attachment is None:
+            return job, None
+        if job.summary is None and attachment.delegated_turn_id == job.job_id:
+            blocked = self.agent_sessions.blocked_summary(attachment)
+            if blocked is not None:
+                job = dataclasses.replace(job, summary=blocked)
+        return job, self.agent_sessions.render(attachment)
 
     # -- following ---------------------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """What the tools show of a job: the task snapshot at each ``detail`` level, list previews, log lines.
 
 The prompt (``task``, ``context``, ``senderName`` and the message sent) appears only at ``detail: "prompt"``.
-``agentSession`` is always ``None`` until an agent-session runtime is attached (a later seam);
-``resultSource`` is ``"parent"`` for an answer from the gateway's own agent.
+``agentSession`` is the conversation's current agent-session attachment (``None`` without one; list previews always
+carry ``None``); ``resultSource`` is ``"parent"`` for an answer from the gateway's own agent and
+``"agent-session"`` for one recovered from the attached session.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Observed:
     gateway: dict[str, Any]
 
 
-def core(job: Job, now_ms: int) -> dict[str, Any]:
+def core(job: Job, now_ms: int, agent_session: dict[str, Any] | None = None) -> dict[str, Any]:
     end = job.ended_at_ms if job.ended_at_ms is not None else now_ms
     return {
         "jobId": job.job_id,
@@ -60,7 +61,7 @@ def core(job: Job, now_ms: int) -> dict[str, Any]:
         "terminalReason": job.terminal_reason,
         "resultSource": job.result_source,
         "parentRunId": job.run_id,
-        "agentSession": None,
+        "agentSession": agent_session,
         "isTerminal": job.terminal,
         "isError": job.status == "error",
     }
@@ -79,16 +80,28 @@ def summary_fields(job: Job, observed: Observed) -> dict[str, Any]:
     }
 
 
-def task_snapshot(job: Job, observed: Observed, logs: list[LogEntry], now_ms: int) -> dict[str, Any]:
+def task_snapshot(
+    job: Job, observed: Observed, logs: list[LogEntry], now_ms: int, *, agent_session: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The ``check_task`` answer: core and summary fields plus the given log lines."""
-    return {**core(job, now_ms), **summary_fields(job, observed), "logs": [log_line(entry) for entry in logs]}
+    return {
+        **core(job, now_ms, agent_session),
+        **summary_fields(job, observed),
+        "logs": [log_line(entry) for entry in logs],
+    }
 
 
 def detail_snapshot(
-    job: Job, detail: Detail, observed: Observed, logs: list[LogEntry] | None, now_ms: int
+    job: Job,
+    detail: Detail,
+    observed: Observed,
+    logs: list[LogEntry] | None,
+    now_ms: int,
+    *,
+    agent_session: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``get_task`` answer at ``detail`` (``logs`` are needed for ``updates`` and ``full``)."""
-    result = core(job, now_ms)
+    result = core(job, now_ms, agent_session)
     result["detail"] = detail
     if detail == "core":
         return result

@@ -139,7 +139,7 @@ def test_exported_members() -> None:
 
 def test_connect_never_imports_the_gateway() -> None:
     source = Path(clawstack.connect.__file__).parent
-    for module in source.glob("*.py"):
+    for module in source.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom):

@@ -1,0 +1,1 @@
+"""Tests of the example agent-session runtimes under examples/runtimes/."""

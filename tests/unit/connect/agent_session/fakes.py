@@ -1,0 +1,74 @@
+"""In-test runtimes for the agent-session seam: each one addresses sessions in an in-memory table and can be told
+to hang, raise, answer ``None``, answer junk, rename the session, or wait for the test before answering."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from clawstack.connect.agent_session import (
+    AgentSessionRef,
+    AgentSessionRuntimeRegistry,
+    CallOptions,
+    ContinueRequest,
+    DetachRequest,
+)
+
+
+@dataclass
+class FakeRuntime:
+    """``sessions`` maps a session id to the reply ``inspect`` gives; ``behaviour`` overrides it per call kind:
+    ``"hang"`` (until cancelled, ignoring the signal), ``"raise"``, ``"none"``, ``"gate"`` (wait for ``gate``)."""
+
+    sessions: dict[str, Any] = field(default_factory=dict)
+    behaviour: str | None = None
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    calls: list[tuple[str, AgentSessionRef, Any]] = field(default_factory=list)
+    signals: list[asyncio.Event] = field(default_factory=list)
+    called: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def _answer(
+        self, kind: str, ref: AgentSessionRef, extra: Any, options: CallOptions
+    ) -> Mapping[str, Any] | None:
+        self.calls.append((kind, ref, extra))
+        self.signals.append(options.signal)
+        self.called.set()
+        if self.behaviour == "hang":
+            await asyncio.Event().wait()
+        if self.behaviour == "raise":
+            raise RuntimeError("secret-token-should-not-leak")
+        if self.behaviour == "none":
+            return None
+        if self.behaviour == "gate":
+            await self.gate.wait()
+        reply = self.sessions.get(ref.session_id)
+        return dict(reply) if isinstance(reply, dict) else reply
+
+    async def inspect(self, ref: AgentSessionRef, options: CallOptions) -> Mapping[str, Any] | None:
+        return await self._answer("inspect", ref, None, options)
+
+    async def continue_(
+        self, ref: AgentSessionRef, request: ContinueRequest, options: CallOptions
+    ) -> Mapping[str, Any] | None:
+        return await self._answer("continue", ref, request, options)
+
+    async def detach(
+        self, ref: AgentSessionRef, request: DetachRequest, options: CallOptions
+    ) -> Mapping[str, Any] | None:
+        return await self._answer("detach", ref, request, options)
+
+    def register(self, registry: AgentSessionRuntimeRegistry, runtime_id: str = "fake", *, full: bool = True) -> None:
+        if full:
+            registry.register(
+                runtime_id, provider="fake-provider", inspect=self.inspect, continue_=self.continue_, detach=self.detach
+            )
+        else:
+            registry.register(runtime_id, provider="fake-provider", inspect=self.inspect)
+
+
+def registry_with(runtime: FakeRuntime, runtime_id: str = "fake", *, full: bool = True) -> AgentSessionRuntimeRegistry:
+    registry = AgentSessionRuntimeRegistry()
+    runtime.register(registry, runtime_id, full=full)
+    return registry

@@ -8,7 +8,8 @@ regular file owned by this user, never through a symlink), turns on write-ahead 
 in one ``IMMEDIATE`` transaction.
 
 Errors are :class:`DatabaseLockedError` (another writer holds the lock) and :class:`DatabaseError` (with a short
-reason); stores translate them into their own error codes.
+reason); stores translate them into their own error codes. :func:`move_aside` renames a damaged database (and its
+``-wal`` and ``-shm`` files) to ``<file>.corrupt-<UTC time>`` so that a store can start afresh without losing it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import fcntl
 import os
 import sqlite3
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["DatabaseError", "DatabaseLockedError", "open_database", "take_writer_lock"]
+from clawstack.common.files import fsync_dir
+
+__all__ = ["DatabaseError", "DatabaseLockedError", "move_aside", "open_database", "take_writer_lock"]
 
 
 class DatabaseError(Exception):
@@ -104,3 +108,19 @@ def open_database(
         db.close()
         raise
     return db
+
+
+def move_aside(path: Path, *, rename: Callable[[Path, Path], None] = os.rename) -> Path:
+    """Rename the database at ``path`` and its ``-wal``/``-shm`` files aside; return the new path of the database.
+
+    An :class:`OSError` from ``rename`` propagates: a store that cannot move a damaged file aside must refuse to
+    write rather than lose it.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            rename(source, Path(f"{target}{suffix}"))
+    fsync_dir(path.parent)
+    return target

@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from clawstack.common.files import ensure_private_dir, fsync_dir
+from clawstack.common.files import ensure_private_dir
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, move_aside, open_database, take_writer_lock
 from clawstack.connect.errors import JobStoreError, SessionBusyError
 
 JobStatus = Literal["running", "completed", "completed_no_summary", "error", "cancelled"]
@@ -143,7 +141,15 @@ class JobStore:
             if self._db is not None:
                 raise JobStoreError("the job store is already open")
             ensure_private_dir(self.path.parent)
-            self._lock_fd = self._take_lock()
+            try:
+                self._lock_fd = take_writer_lock(self.path)
+            except DatabaseLockedError as exc:
+                raise JobStoreError(
+                    f"another claw connect holds the job store in {self.path.parent}; use another --data-dir",
+                    code="job_store_locked",
+                ) from exc
+            except DatabaseError as exc:
+                raise JobStoreError(f"the job store cannot be locked: {exc}") from exc
             try:
                 self._db = self._connect()
             except sqlite3.DatabaseError:
@@ -159,67 +165,22 @@ class JobStore:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def _take_lock(self) -> int:
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise JobStoreError(f"the job store's lock file cannot be opened: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise JobStoreError(
-                    f"another claw connect holds the job store in {self.path.parent}; use another --data-dir",
-                    code="job_store_locked",
-                ) from exc
-            raise JobStoreError("the job store's lock cannot be taken") from exc
-        return fd
-
     def _connect(self) -> sqlite3.Connection:
         """Open and migrate; a :class:`sqlite3.DatabaseError` means the file is not a readable database."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise JobStoreError("the job store cannot use write-ahead logging")
-            db.execute("PRAGMA synchronous=FULL")
-            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
-            version = int(db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                raise JobStoreError(f"the job store has schema version {version}, newer than this code")
-            db.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            # Best-effort close before reporting why the file cannot be used.
-            db.close()
-            raise
-        return db
+            return open_database(self.path, _SCHEMA, SCHEMA_VERSION, check_integrity=True)
+        except DatabaseError as exc:
+            raise JobStoreError(f"the job store cannot be used: {exc}") from exc
 
     def _recover_from_corruption(self) -> None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
         try:
-            for suffix in ("", "-wal", "-shm"):
-                source = Path(f"{self.path}{suffix}")
-                if source.exists():
-                    self._rename(source, Path(f"{target}{suffix}"))
-            fsync_dir(self.path.parent)
+            self.moved_aside = move_aside(self.path, rename=self._rename)
         except OSError as exc:
             self.problem = (
                 f"the job store {self.path} is corrupt and could not be moved aside ({exc.strerror or exc}); "
                 "refusing to read or write it"
             )
             return
-        self.moved_aside = target
         try:
             self._db = self._connect()
         except sqlite3.DatabaseError as exc:

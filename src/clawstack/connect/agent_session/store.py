@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from clawstack.common.files import ensure_private_dir, fsync_dir
+from clawstack.common.files import ensure_private_dir
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, move_aside, open_database, take_writer_lock
 from clawstack.connect.agent_session.attachments import Attachment, from_record
 from clawstack.connect.errors import AttachmentStoreError
 
@@ -75,14 +73,22 @@ class AttachmentStore:
             if self._db is not None:
                 return
             ensure_private_dir(self.path.parent)
-            self._lock_fd = self._take_lock()
+            try:
+                self._lock_fd = take_writer_lock(self.path)
+            except DatabaseLockedError as exc:
+                raise AttachmentStoreError(
+                    "another process holds the attachment store", code="attachment_store_locked"
+                ) from exc
+            except DatabaseError as exc:
+                raise AttachmentStoreError(f"the attachment store cannot be locked: {exc}") from exc
             try:
                 try:
                     self._db = self._connect()
                 except sqlite3.DatabaseError:
-                    self._move_aside()
+                    self.moved_aside = move_aside(self.path)
+                    _log.error("the attachment store was unreadable; it was moved aside to %s", self.moved_aside)
                     self._db = self._connect()
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, DatabaseError) as exc:
                 self.close()
                 raise AttachmentStoreError("the attachment store cannot be opened") from exc
 
@@ -95,52 +101,8 @@ class AttachmentStore:
                 os.close(self._lock_fd)
                 self._lock_fd = None
 
-    def _take_lock(self) -> int:
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise AttachmentStoreError("the attachment store's lock file cannot be opened") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            code = "attachment_store_locked" if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
-            raise AttachmentStoreError("another process holds the attachment store", code=code) from exc
-        return fd
-
     def _connect(self) -> sqlite3.Connection:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            if str(db.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() != "wal":
-                raise AttachmentStoreError("the attachment store cannot use write-ahead logging")
-            db.execute("PRAGMA synchronous=FULL")
-            if db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
-            db.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            # Best-effort close before reporting why the file cannot be used.
-            db.close()
-            raise
-        return db
-
-    def _move_aside(self) -> None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        for suffix in ("", "-wal", "-shm"):
-            source = Path(f"{self.path}{suffix}")
-            if source.exists():
-                os.rename(source, Path(f"{target}{suffix}"))
-        fsync_dir(self.path.parent)
-        self.moved_aside = target
-        _log.error("the attachment store was unreadable; it was moved aside to %s", target)
+        return open_database(self.path, _SCHEMA, SCHEMA_VERSION, check_integrity=True)
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:

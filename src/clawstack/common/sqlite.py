@@ -14,18 +14,26 @@ reason); stores translate them into their own error codes. :func:`move_aside` re
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from clawstack.common.files import fsync_dir
 
-__all__ = ["DatabaseError", "DatabaseLockedError", "move_aside", "open_database", "take_writer_lock"]
+__all__ = [
+    "DatabaseError",
+    "DatabaseLockedError",
+    "immediate_transaction",
+    "move_aside",
+    "open_database",
+    "take_writer_lock",
+]
 
 
 class DatabaseError(Exception):
@@ -124,3 +132,18 @@ def move_aside(path: Path, *, rename: Callable[[Path, Path], None] = os.rename) 
             rename(source, Path(f"{target}{suffix}"))
     fsync_dir(path.parent)
     return target
+
+
+@contextlib.contextmanager
+def immediate_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One ``BEGIN IMMEDIATE`` transaction on an autocommit connection: committed (durably, with
+    ``synchronous=FULL``) when the block ends, rolled back on any exception (cancellation included), which
+    propagates unchanged."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise

@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from clawstack.common.files import ensure_private_dir
-from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, move_aside, open_database, take_writer_lock
+from clawstack.common.sqlite import (
+    DatabaseError,
+    DatabaseLockedError,
+    immediate_transaction,
+    move_aside,
+    open_database,
+    take_writer_lock,
+)
 from clawstack.connect.errors import JobStoreError, SessionBusyError
 
 JobStatus = Literal["running", "completed", "completed_no_summary", "error", "cancelled"]
@@ -209,19 +216,10 @@ class JobStore:
         with self._mutex:
             db = self._check()
             try:
-                db.execute("BEGIN IMMEDIATE")
+                with immediate_transaction(db):
+                    yield db
             except sqlite3.Error as exc:
                 raise JobStoreError("the job store cannot be written") from exc
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                # Undo the whole transaction on any failure (cancellation included), then re-raise.
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise JobStoreError("the job store cannot be written") from exc
-                raise
 
     # -- jobs --------------------------------------------------------------------------------------------------
 

@@ -59,7 +59,13 @@ from typing import Any, Final, Literal, NamedTuple, get_args
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.files import ensure_private_dir
 from clawstack.common.ids import new_uuid
-from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, open_database, take_writer_lock
+from clawstack.common.sqlite import (
+    DatabaseError,
+    DatabaseLockedError,
+    immediate_transaction,
+    open_database,
+    take_writer_lock,
+)
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id, parse_session_key
 
@@ -449,19 +455,10 @@ class SessionStore:
             if db is None:
                 raise SessionStoreError("the session store is not open")
             try:
-                db.execute("BEGIN IMMEDIATE")
+                with immediate_transaction(db):
+                    yield db
             except sqlite3.Error as exc:
                 raise SessionStoreError("the session database cannot be written") from exc
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                # Undo the whole transaction on any failure (including cancellation), then re-raise.
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise SessionStoreError("the session database cannot be written") from exc
-                raise
 
     def _now_ms(self) -> int:
         return int(self._clock.now().timestamp() * 1000)

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Final
 
 from clawstack.common.files import ensure_private_dir
-from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, move_aside, open_database, take_writer_lock
+from clawstack.common.sqlite import (
+    DatabaseError,
+    DatabaseLockedError,
+    immediate_transaction,
+    move_aside,
+    open_database,
+    take_writer_lock,
+)
 from clawstack.connect.agent_session.attachments import Attachment, from_record
 from clawstack.connect.errors import AttachmentStoreError
 
@@ -121,19 +128,10 @@ class AttachmentStore:
                 raise AttachmentStoreError("the attachment store is not open")
             db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
+                with immediate_transaction(db):
+                    yield db
             except sqlite3.Error as exc:
                 raise AttachmentStoreError("the attachment store cannot be written") from exc
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                # Undo the whole transaction on any failure (cancellation included), then re-raise.
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
-                    raise AttachmentStoreError("the attachment store cannot be written") from exc
-                raise
 
     # -- reads -------------------------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_uuid
-from clawstack.gateway.agent import AgentEvent, AgentLoop, TurnResult
+from clawstack.gateway.agent import AgentEvent, AgentLoop, TurnResult, UnknownAgentError
 from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
@@ -155,7 +155,10 @@ class GatewayRuns:
     async def start_run(self, request: RunRequest) -> StartedRun:
         """Record and start a background run (:class:`~clawstack.gateway.dispatch.RunHost`)."""
         parse_session_key(request.session_key)  # SessionKeyError before anything is recorded
-        self._config.agent(request.agent_id)  # KeyError for an unknown agent
+        try:
+            self._config.agent(request.agent_id)
+        except KeyError:
+            raise UnknownAgentError(f"no agent {request.agent_id!r} is configured") from None
         return await self.start(request)
 
     async def start(

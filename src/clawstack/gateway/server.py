@@ -93,7 +93,7 @@ from clawstack.gateway.protocol import (
     response_error,
     response_ok,
 )
-from clawstack.gateway.runner import GatewayRuns
+from clawstack.gateway.runner import GatewayRuns, RunsClosedError
 from clawstack.gateway.sessions import Message, SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
@@ -739,8 +739,10 @@ class GatewayServer:
                     label=body.name,
                 )
             )
-        except (ValueError, ProtocolError, GatewayError, KeyError) as exc:
-            message = exc.message if isinstance(exc, GatewayError | ProtocolError) else "invalid request body"
+        except RunsClosedError as exc:
+            return web.json_response({"ok": False, "error": exc.message}, status=503)
+        except (ValueError, GatewayError) as exc:
+            message = exc.message if isinstance(exc, GatewayError) else "invalid request body"
             return web.json_response({"ok": False, "error": message}, status=400)
         return web.json_response({"ok": True, "runId": started.run_id}, status=202)
 

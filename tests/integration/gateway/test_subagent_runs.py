@@ -19,6 +19,7 @@ import pytest
 
 from clawstack.gateway.agent import MINIMAL_PROMPT
 from clawstack.gateway.config import parse_config
+from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.plugins import (
     SUBAGENT_RUN,
     ModelOverrideRefusedError,
@@ -323,6 +324,9 @@ async def test_argument_checks(server: GatewayServer) -> None:
     for kwargs in cases:
         with pytest.raises(SubagentArgumentError):
             await subagent.run(**kwargs)
+    with pytest.raises(GatewayError) as unknown:
+        await subagent.run(session_key="agent:nosuch:subagent:x", message="x")
+    assert unknown.value.code == "agent_not_found"
     with pytest.raises(SubagentArgumentError):
         await subagent.wait_for_run("r", timeout_ms=-1)
     with pytest.raises(SubagentArgumentError):

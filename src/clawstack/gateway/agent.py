@@ -60,7 +60,7 @@ from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, 
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
 from clawstack.gateway.tools import ToolError, ToolPolicy, ToolRegistry
-from clawstack.llm import ChatCompletion, LLMClient, LLMError, ToolCall
+from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, ToolCall
 
 __all__ = [
     "MAX_TOOL_ROUNDS",
@@ -342,6 +342,7 @@ class AgentLoop:
         also_allow: Sequence[str] = (),
         disable_tools: bool = False,
         prompt_mode: PromptMode = "full",
+        reasoning_effort: ReasoningEffort | None = None,
         timeout_s: float | None = None,
         on_event: EventHandler | None = None,
     ) -> TurnResult:
@@ -350,8 +351,9 @@ class AgentLoop:
         ``model`` (``provider/model``) replaces the agent's model chain; ``tools_allow`` narrows the effective
         tools further, ``also_allow`` adds plugin tools to the candidates (see :meth:`effective_tools`);
         ``disable_tools`` sends none. ``prompt_mode="minimal"`` sends the bounded subagent prompt (see
-        :data:`MINIMAL_PROMPT`) and only this run's messages instead of the whole transcript. ``timeout_s``
-        defaults to ``agents.defaults.timeoutSeconds``.
+        :data:`MINIMAL_PROMPT`) and only this run's messages instead of the whole transcript.
+        ``reasoning_effort`` goes to every model call of the turn. ``timeout_s`` defaults to
+        ``agents.defaults.timeoutSeconds``.
         The run ``run_id`` is recorded on the session (created for ``agent_id`` if needed); it may already be
         recorded as ``accepted``, never further along.
         """
@@ -392,6 +394,7 @@ class AgentLoop:
             tool_names=tool_names,
             on_event=on_event,
             this_run_only=prompt_mode == "minimal",
+            reasoning_effort=reasoning_effort,
         )
         scope = asyncio.timeout(timeout_s)
         try:
@@ -440,6 +443,7 @@ class _Turn:
     tool_names: list[str]
     on_event: EventHandler | None
     this_run_only: bool = False
+    reasoning_effort: ReasoningEffort | None = None
     last_text: str = ""
     _seq: int = 0
     _model_index: int = 0
@@ -500,7 +504,10 @@ class _Turn:
             text = ""
             try:
                 async with client.stream_chat_completion(
-                    model=model.id, messages=self._messages, tools=tools or None
+                    model=model.id,
+                    messages=self._messages,
+                    tools=tools or None,
+                    reasoning_effort=self.reasoning_effort,
                 ) as stream:
                     async for chunk in stream:
                         if chunk.content:

@@ -23,6 +23,7 @@ from clawstack.gateway.agent import PromptMode
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.lanes import LaneName
 from clawstack.gateway.sessions import Run
+from clawstack.llm import ReasoningEffort
 
 __all__ = [
     "EXTERNAL_CONTENT_NOTICE",
@@ -68,6 +69,7 @@ class TurnOptions:
     also_allow: tuple[str, ...] = ()
     disable_tools: bool = False
     prompt_mode: PromptMode = "full"
+    reasoning_effort: ReasoningEffort | None = None
     timeout_s: float | None = None
 
 

@@ -273,6 +273,7 @@ class GatewayRuns:
                 also_allow=options.also_allow,
                 disable_tools=options.disable_tools,
                 prompt_mode=options.prompt_mode,
+                reasoning_effort=options.reasoning_effort,
                 timeout_s=options.timeout_s,
                 on_event=on_event,
             )

@@ -108,10 +108,15 @@ async def test_trusted_and_bundled_plugins_dispatch_a_wrapped_turn(
     assert sent.count("<<<END_EXTERNAL_UNTRUSTED_CONTENT>>>") == 1
     assert sent.endswith("<<<END_EXTERNAL_UNTRUSTED_CONTENT>>>")
 
+    assert "reasoning_effort" not in fake.requests[-1].body
+
     bundled = await api_of(server, "core-mail").runtime.hooks.dispatch_hook_agent_turn(
-        agent_id="mail", session_key="hook:imap:other", message="@fake reply: ok", deliver=False
+        agent_id="mail", session_key="hook:imap:other", message="@fake reply: ok", deliver=False, thinking="low"
     )
     assert bundled.ok is True
+    assert bundled.run_id is not None
+    assert await wait_ended(server, bundled.run_id) == "ok"
+    assert fake.requests[-1].body["reasoning_effort"] == "low"
 
 
 async def test_refusals_are_results_not_exceptions(server: GatewayServer, fake: FakeModelServer) -> None:

@@ -5,7 +5,8 @@ one agent turn of ``agent_id`` on a ``hook:`` session: the message is always wra
 (:func:`~clawstack.gateway.dispatch.wrap_external_content`, ``external_content_source="email"`` is the only
 source), runs for one session are serialised, and every turn runs on the ``cron`` lane, the budget it shares
 with scheduled work; when the HTTP hooks endpoint is enabled one slot of that budget stays reserved for it.
-``deliver=True`` announces the final answer on the agent's main session; ``False`` only records it.
+``deliver=True`` announces the final answer on the agent's main session; ``False`` only records it. ``thinking``
+(``off``, ``minimal``, ``low``, ``medium``, ``high``) reaches the model as ``reasoning_effort`` (``off``: ``none``).
 ``idempotency_key`` replays: a second dispatch with the same key on the same session returns the first run's id
 (a concurrent duplicate shares the run in flight) and never starts another turn.
 
@@ -26,6 +27,7 @@ from clawstack.gateway.dispatch import Requester, RunHost, RunRequest, TurnOptio
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, normalize_agent_id, parse_session_key
 from clawstack.gateway.plugins.api import PluginLifetime, Trust
+from clawstack.llm import ReasoningEffort
 
 __all__ = [
     "EXTERNAL_CONTENT_SOURCES",
@@ -44,6 +46,15 @@ EXTERNAL_CONTENT_SOURCES: Final = ("email",)
 
 #: The accepted ``thinking`` levels.
 THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high")
+
+#: How a ``thinking`` level reaches the model: the chat-completions ``reasoning_effort``.
+_REASONING_EFFORT: Final[dict[str, ReasoningEffort]] = {
+    "off": "none",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+}
 
 #: The longest ``timeout_seconds`` a hook turn may ask for: one hour.
 MAX_HOOK_TIMEOUT_S: Final = 3600
@@ -143,7 +154,10 @@ class HookDispatcher:
             agent_id=agent,
             message=wrap_external_content(message, source=source, name=name),
             lane="cron",
-            options=TurnOptions(timeout_s=None if timeout_seconds is None else float(timeout_seconds)),
+            options=TurnOptions(
+                reasoning_effort=_REASONING_EFFORT[str(thinking)] if thinking is not None else None,
+                timeout_s=None if timeout_seconds is None else float(timeout_seconds),
+            ),
             idempotency_key=idempotency_key,
             announce_to=Requester(main_key(agent), agent, "gateway", authenticated=False),
             deliver=deliver,

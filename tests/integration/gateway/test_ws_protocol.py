@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -55,59 +55,11 @@ def connect_params(**overrides: Any) -> dict[str, Any]:
     return peers.connect_params(**{"auth": {"token": TOKEN}, "userAgent": "clawstack-tests/0.1", **overrides})
 
 
-class Client:
-    """One WebSocket connection: requests by id, events kept in arrival order."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.events: list[Frame] = []
-        self._responses: dict[str | None, Frame] = {}
-
-    async def recv(self) -> Frame:
-        """The next frame, which must be a text frame holding a JSON object."""
-        async with asyncio.timeout(WAIT_S):
-            msg = await self.ws.receive()
-        assert msg.type is aiohttp.WSMsgType.TEXT, f"expected a text frame, got {msg.type} ({self.ws.close_code})"
-        frame = json.loads(msg.data)
-        assert isinstance(frame, dict)
-        return frame
-
-    async def _pump(self) -> None:
-        frame = await self.recv()
-        if frame["type"] == "event":
-            self.events.append(frame)
-        else:
-            self._responses[frame["id"]] = frame
+class Client(peers.PeerClient):
+    """A peer client with raw sends and a strict close: after a refusal the very next message is the close."""
 
     async def send_raw(self, text: str) -> None:
         await self.ws.send_str(text)
-
-    async def response(self, frame_id: str | None) -> Frame:
-        while frame_id not in self._responses:
-            await self._pump()
-        return self._responses.pop(frame_id)
-
-    async def request(self, method: str, params: object = None) -> Frame:
-        frame_id = str(uuid.uuid4())
-        frame: Frame = {"type": "req", "id": frame_id, "method": method}
-        if params is not None:
-            frame["params"] = params
-        await self.ws.send_str(json.dumps(frame))
-        return await self.response(frame_id)
-
-    async def wait_for_event(self, predicate: Callable[[Frame], bool]) -> Frame:
-        index = 0
-        while True:
-            while index < len(self.events):
-                if predicate(self.events[index]):
-                    return self.events[index]
-                index += 1
-            await self._pump()
-
-    async def wait_for_chat(self, run_id: str, state: str) -> Frame:
-        return await self.wait_for_event(
-            lambda f: f["event"] == "chat" and f["payload"]["runId"] == run_id and f["payload"]["state"] == state
-        )
 
     async def wait_for_close(self) -> int | None:
         async with asyncio.timeout(WAIT_S):
@@ -116,7 +68,7 @@ class Client:
         return self.ws.close_code
 
     def chat_events(self, run_id: str) -> list[dict[str, Any]]:
-        return [f["payload"] for f in self.events if f["event"] == "chat" and f["payload"]["runId"] == run_id]
+        return self.run_events("chat", run_id)
 
 
 @pytest.fixture

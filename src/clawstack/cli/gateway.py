@@ -17,6 +17,7 @@ import click
 from clawstack import __version__
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.common.ids import new_uuid
+from clawstack.connect.transcript import message_text
 from clawstack.gateway.config import GatewayConfig, load_config
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.protocol import PROTOCOL_VERSION
@@ -173,7 +174,7 @@ async def _chat(url: str, auth: dict[str, str], key: str, message: str, follow: 
                         streamed = True
                         click.echo(payload.get("deltaText", ""), nl=False)
                     elif state == "final":
-                        click.echo("" if streamed else _text(payload.get("message")))
+                        click.echo("" if streamed else message_text(payload.get("message")))
                         break
                     elif state in ("error", "aborted"):
                         click.echo(f"\n{state}: {payload.get('errorMessage', '')}", err=True)
@@ -184,7 +185,7 @@ async def _chat(url: str, auth: dict[str, str], key: str, message: str, follow: 
                         async for frame in _frames(ws):
                             payload = frame.get("payload") or {}
                             if frame.get("event") == "chat" and payload.get("state") == "final":
-                                click.echo(_text(payload.get("message")))
+                                click.echo(message_text(payload.get("message")))
     except TimeoutError:
         click.echo("error: no answer in time", err=True)
         return 1
@@ -202,15 +203,3 @@ async def _frames(ws: aiohttp.ClientWebSocketResponse) -> AsyncIterator[dict[str
         frame = json.loads(msg.data)
         if isinstance(frame, dict):
             yield frame
-
-
-def _text(message: object) -> str:
-    """The text of an assistant message in the ``chat`` event shape."""
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))

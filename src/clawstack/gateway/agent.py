@@ -36,12 +36,13 @@ message is one ``{"type": "text", "text", "toolCallId", "toolName", "isError"}``
 ``usage`` as ``{"input", "output", "totalTokens"}`` and ``stopReason`` in OpenClaw's words (``stop``, ``toolUse``,
 ``length``; any other finish reason as the model gave it).
 
-Errors raised before a run is recorded::
+Errors raised before a run is recorded (and by :meth:`AgentLoop.complete`, a model call outside any session)::
 
     GatewayError                   (clawstack.gateway.errors)
      └── AgentLoopError            "agent_loop_error"
           ├── UnknownAgentError    "agent_not_found": no such agent in the config
-          └── UnknownModelError    "model_not_found": the ``model`` override names no configured model
+          ├── UnknownModelError    "model_not_found": the ``model`` override names no configured model
+          └── ModelChainError      "model_chain_failed": every model of ``complete``'s chain failed
 
 A run id already past ``accepted`` raises :class:`~clawstack.gateway.sessions.RunStateError`; session and key
 errors come from the store.
@@ -71,6 +72,7 @@ __all__ = [
     "EventHandler",
     "EventStream",
     "LLMFactory",
+    "ModelChainError",
     "PromptMode",
     "TurnError",
     "TurnResult",
@@ -120,6 +122,16 @@ class UnknownModelError(AgentLoopError):
     """The model override names no model of a configured provider."""
 
     code = "model_not_found"
+
+
+class ModelChainError(AgentLoopError):
+    """Every model of the chain failed (:meth:`AgentLoop.complete`); ``model_error_code`` is the last one's code."""
+
+    code = "model_chain_failed"
+
+    def __init__(self, message: str, *, model_error_code: str) -> None:
+        super().__init__(message)
+        self.model_error_code = model_error_code
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,18 +312,20 @@ class AgentLoop:
             return []
         extra = frozenset(also_allow)
         candidates = [name for name in self._registry.names() if name in extra or self._registry.owner(name) is None]
-        layers = [ToolPolicy.from_config(self._agent(agent_id).tools)]
+        layers = [ToolPolicy.from_config(self.agent(agent_id).tools)]
         if tools_allow is not None:
             layers.append(ToolPolicy(tools_allow))
         return ToolPolicy.from_config(self._config.tools).effective(candidates, *layers)
 
-    def _agent(self, agent_id: str) -> AgentEntry:
+    def agent(self, agent_id: str) -> AgentEntry:
+        """The configured agent; :class:`UnknownAgentError` if there is none."""
         try:
             return self._config.agent(agent_id)
         except KeyError:
             raise UnknownAgentError(f"no agent {json.dumps(agent_id)} is configured") from None
 
-    def _model_chain(self, agent_id: str, model: str | None) -> tuple[str, ...]:
+    def model_chain(self, agent_id: str, model: str | None) -> tuple[str, ...]:
+        """The models a call tries: the agent's primary and fallbacks, or exactly ``model`` (checked to exist)."""
         if model is None:
             return self._config.agent_model(agent_id).chain
         try:
@@ -328,6 +342,27 @@ class AgentLoop:
                 await client.__aenter__()
                 self._clients[provider_id] = client
             return client
+
+    async def complete(
+        self, agent_id: str, chain: tuple[str, ...], messages: list[dict[str, Any]]
+    ) -> tuple[ChatCompletion, str, str]:
+        """One tool-free model call on ``messages`` outside any session, through ``chain`` with the same fallback
+        rule as a turn: ``(completion, provider_id, model_id)``; :class:`ModelChainError` when every model failed."""
+        turn = _Turn(
+            loop=self,
+            run_id="",
+            session_key="",
+            agent_id=agent_id,
+            chain=chain,
+            system_prompt=None,
+            tool_names=[],
+            on_event=None,
+            _messages=list(messages),
+        )
+        try:
+            return await turn._complete([], 1)
+        except _TurnFailed as failed:
+            raise ModelChainError(failed.error.message, model_error_code=failed.error.code) from None
 
     async def run_turn(
         self,
@@ -357,8 +392,8 @@ class AgentLoop:
         The run ``run_id`` is recorded on the session (created for ``agent_id`` if needed); it may already be
         recorded as ``accepted``, never further along.
         """
-        agent = self._agent(agent_id)
-        chain = self._model_chain(agent_id, model)
+        agent = self.agent(agent_id)
+        chain = self.model_chain(agent_id, model)
         tool_names = self.effective_tools(
             agent_id, tools_allow=tools_allow, also_allow=also_allow, disable_tools=disable_tools
         )

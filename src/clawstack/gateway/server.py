@@ -46,7 +46,7 @@ from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
 from clawstack.gateway.channels import WebhookChannel, WebhookError
-from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.config import GatewayConfig, split_model_ref
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
     ChannelOutbox,
@@ -671,7 +671,7 @@ class GatewayServer:
             _, model = self._config.resolve_model(ref)
         except (KeyError, ValueError):
             return None
-        defaults: dict[str, Any] = {"modelProvider": ref.split("/", 1)[0], "model": model.id}
+        defaults: dict[str, Any] = {"modelProvider": split_model_ref(ref)[0], "model": model.id}
         if model.context_window is not None:
             defaults["contextTokens"] = model.context_window
         return defaults

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from clawstack.gateway.agent import AgentLoop, _Turn, _TurnFailed
+from clawstack.gateway.agent import AgentLoop, ModelChainError
 from clawstack.gateway.config import GatewayConfig, PluginSubagentPolicy, split_model_ref
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins.api import (
@@ -84,9 +84,9 @@ class SubagentCompleter:
 
     def model_chain(self, plugin_id: str, agent_id: str, model: str | None) -> tuple[str, ...]:
         """The models a completion of ``plugin_id`` for ``agent_id`` tries, after the model policy check."""
-        self._loop._agent(agent_id)  # UnknownAgentError for an unknown agent
+        self._loop.agent(agent_id)  # UnknownAgentError for an unknown agent
         if model is None:
-            return self._loop._model_chain(agent_id, None)
+            return self._loop.model_chain(agent_id, None)
         entry = self._config.plugins.entries.get(plugin_id)
         policy = entry.subagent if entry is not None else PluginSubagentPolicy()
         where = f"plugins.entries.{plugin_id}.subagent"
@@ -102,7 +102,7 @@ class SubagentCompleter:
             ) from None
         if "*" not in policy.allowed_models and model not in policy.allowed_models:
             raise ModelOverrideRefusedError(f"model {json.dumps(model)} is not in {where}.allowedModels")
-        return self._loop._model_chain(agent_id, model)  # UnknownModelError if no provider serves it
+        return self._loop.model_chain(agent_id, model)  # UnknownModelError if no provider serves it
 
     async def complete(
         self,
@@ -118,7 +118,7 @@ class SubagentCompleter:
     ) -> CompleteResult:
         """Run one completion for ``plugin_id`` (see the module docstring); ``lifetime`` is the instance's."""
         chain = self.model_chain(plugin_id, agent_id, model)
-        instructions = self._loop._agent(agent_id).instructions
+        instructions = self._loop.agent(agent_id).instructions
         system = "\n\n".join(part for part in (instructions, extra_system_prompt) if part)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": message})
@@ -167,21 +167,10 @@ class SubagentCompleter:
         return inner.result()
 
     async def _infer(self, agent_id: str, chain: tuple[str, ...], messages: list[dict[str, Any]]) -> CompleteResult:
-        turn = _Turn(
-            loop=self._loop,
-            run_id="",
-            session_key="",
-            agent_id=agent_id,
-            chain=chain,
-            system_prompt=None,
-            tool_names=[],
-            on_event=None,
-            _messages=messages,
-        )
         try:
-            completion, provider_id, model_id = await turn._complete([], 1)
-        except _TurnFailed as failed:
-            raise SubagentModelError(failed.error.message, model_error_code=failed.error.code) from None
+            completion, provider_id, model_id = await self._loop.complete(agent_id, chain, messages)
+        except ModelChainError as exc:
+            raise SubagentModelError(exc.message, model_error_code=exc.model_error_code) from None
         usage = completion.usage
         return CompleteResult(
             text=completion.content or "",

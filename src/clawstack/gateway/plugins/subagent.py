@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.config import GatewayConfig, split_model_ref
 from clawstack.gateway.dispatch import Requester, RunHost, RunRequest, SessionOwnerError, TurnOptions
 from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.plugins.api import (
@@ -214,7 +214,7 @@ class SubagentRunner:
             primary = self._config.agent_model(agent_id).chain[0]
         except KeyError:
             return model  # the unknown agent is reported when the run is started
-        return f"{primary.split('/', 1)[0]}/{model}"
+        return f"{split_model_ref(primary)[0]}/{model}"
 
     def _check_own_tool(self, plugin_id: str, name: str) -> None:
         if name not in self._tools:

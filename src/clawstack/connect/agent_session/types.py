@@ -14,7 +14,7 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 RUNTIME_ID_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 RUNTIME_ID_RE: Final = re.compile(RUNTIME_ID_PATTERN)
@@ -32,19 +32,7 @@ State = Literal[
     "unavailable",
     "unknown",
 ]
-STATES: Final[tuple[State, ...]] = (
-    "starting",
-    "running",
-    "idle",
-    "completed",
-    "needs_input",
-    "needs_permission",
-    "stale",
-    "dead",
-    "failed",
-    "unavailable",
-    "unknown",
-)
+STATES: Final[tuple[State, ...]] = get_args(State)
 COMPLETED_TURN_STATES: Final[frozenset[str]] = frozenset({"idle", "completed"})
 """The states in which a turn finished; only these carry a ``finalResponse``."""
 TERMINAL_STATES: Final[frozenset[str]] = frozenset({"completed", "dead", "failed"})
@@ -53,7 +41,7 @@ BLOCKED_STATES: Final[frozenset[str]] = frozenset({"needs_input", "needs_permiss
 """A session blocked on a human: it stays actionable."""
 
 Operation = Literal["inspect", "continue", "detach"]
-OPERATIONS: Final[tuple[Operation, ...]] = ("inspect", "continue", "detach")
+OPERATIONS: Final[tuple[Operation, ...]] = get_args(Operation)
 
 
 def is_runtime_id(value: object) -> bool:

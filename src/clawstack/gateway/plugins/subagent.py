@@ -403,47 +403,6 @@ class PluginSubagent:
         request-bound runtime of a ``before_dispatch`` hook handling an authenticated request (``ctx.subagent``).
         """
         announce_to = self._completion_target(completion_delivery)
-        return await self._run(
-            session_key=session_key,
-            message=message,
-            tools_also_allow=tools_also_allow,
-            prompt_mode=prompt_mode,
-            disable_tools=disable_tools,
-            provider=provider,
-            model=model,
-            extra_system_prompt=extra_system_prompt,
-            deliver=deliver or announce_to is not None,
-            announce_to=announce_to,
-            idempotency_key=idempotency_key,
-        )
-
-    def _completion_target(self, completion_delivery: object) -> Requester | None:
-        """Where ``completion_delivery`` sends the completion; this runtime has no requester to deliver to."""
-        self._check_live()
-        if completion_delivery is None:
-            return None
-        if completion_delivery != "current-requester":
-            raise SubagentArgumentError('completion_delivery must be "current-requester" or None')
-        raise SubagentRequesterError(
-            'completion_delivery="current-requester" is available only inside a before_dispatch hook'
-            " handling an authenticated request"
-        )
-
-    async def _run(
-        self,
-        *,
-        session_key: str,
-        message: str,
-        tools_also_allow: Sequence[str],
-        prompt_mode: Literal["minimal"] | None,
-        disable_tools: bool,
-        provider: str | None,
-        model: str | None,
-        extra_system_prompt: str | None,
-        deliver: bool,
-        announce_to: Requester | None,
-        idempotency_key: str | None,
-    ) -> SubagentRun:
         runner = self._require_runner()
         _check_text("session_key", session_key)
         _check_text("message", message)
@@ -475,9 +434,21 @@ class PluginSubagent:
             disable_tools=disable_tools,
             model=canonical,
             extra_system_prompt=extra_system_prompt,
-            deliver=deliver,
+            deliver=deliver or announce_to is not None,
             announce_to=announce_to,
             idempotency_key=idempotency_key,
+        )
+
+    def _completion_target(self, completion_delivery: object) -> Requester | None:
+        """Where ``completion_delivery`` sends the completion; this runtime has no requester to deliver to."""
+        self._check_live()
+        if completion_delivery is None:
+            return None
+        if completion_delivery != "current-requester":
+            raise SubagentArgumentError('completion_delivery must be "current-requester" or None')
+        raise SubagentRequesterError(
+            'completion_delivery="current-requester" is available only inside a before_dispatch hook'
+            " handling an authenticated request"
         )
 
     async def wait_for_run(self, run_id: str, *, timeout_ms: int = DEFAULT_WAIT_TIMEOUT_MS) -> WaitResult:

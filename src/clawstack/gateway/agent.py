@@ -65,6 +65,7 @@ from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, 
 
 __all__ = [
     "MAX_TOOL_ROUNDS",
+    "MINIMAL_INSTRUCTIONS_CHARS",
     "MINIMAL_PROMPT",
     "AgentEvent",
     "AgentLoop",

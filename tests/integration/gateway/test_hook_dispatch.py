@@ -237,6 +237,9 @@ async def test_http_hooks_keep_a_reserved_slot(tmp_path: Path, fake: FakeModelSe
                     assert (await res.json())["ok"] is False
             async with http.post(url, data=b"not json", headers=auth) as res:
                 assert res.status == 400
+            big = {"message": "x" * (256 * 1024)}
+            async with http.post(url, json=big, headers=auth) as res:
+                assert res.status == 413
             async with http.post(url, json=body, headers=auth) as res:
                 assert res.status == 202
                 run_id = (await res.json())["runId"]

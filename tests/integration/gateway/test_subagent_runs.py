@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from clawstack.gateway.agent import MINIMAL_PROMPT
+from clawstack.gateway.agent import MINIMAL_INSTRUCTIONS_CHARS, MINIMAL_PROMPT
 from clawstack.gateway.config import parse_config
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.plugins import (
@@ -423,3 +423,27 @@ async def test_an_operator_aborts_queued_and_running_subagent_runs(
         assert (stopped.status, stopped.stop_reason) == ("error", "aborted")
         assert len(fake.requests) == 1  # the queued run never reached the model
         await client.ws.close()
+
+
+async def test_the_minimal_prompt_keeps_the_agents_instructions_bounded(tmp_path: Path, fake: FakeModelServer) -> None:
+    paths = [write_plugin(tmp_path / "plugins", "runner", RUNNER_PLUGIN)]
+    long_instructions = "Be careful. " * 1000
+    config = gateway_config(
+        tmp_path,
+        fake.base_url,
+        agents={
+            "defaults": {"model": {"primary": "fake/fake-model"}},
+            "entries": {"main": {"instructions": long_instructions}},
+        },
+    )
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as server:
+        subagent = api_of(server, "runner").runtime.subagent
+        minimal = await subagent.run(session_key=CHILD, message="@fake reply: ok", prompt_mode="minimal")
+        await subagent.wait_for_run(minimal.run_id, timeout_ms=10_000)
+        system = fake.requests[-1].body["messages"][0]["content"]
+        assert system.startswith(MINIMAL_PROMPT)
+        assert long_instructions[:MINIMAL_INSTRUCTIONS_CHARS] + "\n[instructions truncated]" in system
+        assert len(system) < len(MINIMAL_PROMPT) + MINIMAL_INSTRUCTIONS_CHARS + 100
+        full = await subagent.run(session_key=CHILD, message="@fake reply: ok")
+        await subagent.wait_for_run(full.run_id, timeout_ms=10_000)
+        assert fake.requests[-1].body["messages"][0]["content"] == long_instructions

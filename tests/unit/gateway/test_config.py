@@ -262,6 +262,11 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         'hooks.path: must be an absolute URL path such as "/hooks" (no trailing "/")',
     ),
     ("cron-zero", _set(BASE, "cron.maxConcurrent", 0), "cron.maxConcurrent: must be at least 1"),
+    (
+        "cron-no-reserved-slot",
+        _set(_set(_set(BASE, "hooks.enabled", True), "hooks.token", "hook-token"), "cron.maxConcurrent", 1),
+        "cron.maxConcurrent: must be at least 2 when hooks.enabled is true (one slot is kept for HTTP hooks)",
+    ),
     ("operators-type", _set(BASE, "operators", {"name": "a"}), "operators: must be a list"),
     (
         "operator-role",

@@ -28,7 +28,7 @@ from clawstack.common.ids import new_secret
 from clawstack.proxy.identities import ChainEntry
 from clawstack.runs.backends.base import RunLabels, WorkerSpec
 from clawstack.runs.ledger import RunRecord
-from clawstack.worker.contract import ANSWER_MARKER, WorkerConfig
+from clawstack.worker.contract import WorkerConfig, extract_answer
 
 if TYPE_CHECKING:
     from clawstack.runs.supervisor import Supervisor
@@ -44,23 +44,6 @@ WORKER_SOCKET: Final = "/run/claw/proxy.sock"
 def identity_id(record: RunRecord) -> str:
     digest = hashlib.sha256(f"{record.installation}/{record.run_id}/{record.accepted_at}".encode()).hexdigest()
     return f"run-{digest[:32]}"
-
-
-def extract_answer(stdout: bytes, max_bytes: int) -> tuple[bytes, bool] | None:
-    """Everything after the first ``\\n🦞`` marker (less one space and the final newline), cut at ``max_bytes``."""
-    marker = ANSWER_MARKER.encode()
-    index = stdout.find(marker)
-    if index < 0:
-        return None
-    answer = stdout[index + len(marker) :].removeprefix(b" ").removesuffix(b"\n")
-    if len(answer) > max_bytes:
-        cut = answer[:max_bytes]
-        while cut and (cut[-1] & 0xC0) == 0x80:  # do not split a UTF-8 character
-            cut = cut[:-1]
-        if cut and cut[-1] >= 0xC0:
-            cut = cut[:-1]
-        return cut, True
-    return answer, False
 
 
 class RunDriver:
@@ -258,4 +241,4 @@ class RunDriver:
         return True
 
 
-__all__ = ["RunDriver", "extract_answer", "identity_id"]
+__all__ = ["RunDriver", "identity_id"]

@@ -328,15 +328,31 @@ def format_answer(answer: str) -> str:
     return f"{ANSWER_MARKER} {answer}\n"
 
 
-def answer_from_stdout(stdout: str) -> str | None:
-    """The answer in a runner's stdout, the inverse of :func:`format_answer`; ``None`` without a marker.
+def extract_answer(stdout: bytes, max_bytes: int | None = None) -> tuple[bytes, bool] | None:
+    """The answer in a runner's stdout and whether it was cut; ``None`` without a marker.
 
-    It is everything after the first marker, less the one space after the marker and the final newline.
+    It is everything after the first marker, less the one space after the marker and the final newline, cut at
+    ``max_bytes`` (never inside a UTF-8 character) when given.
     """
-    _, marker, rest = stdout.partition(ANSWER_MARKER)
-    if not marker:
+    marker = ANSWER_MARKER.encode()
+    index = stdout.find(marker)
+    if index < 0:
         return None
-    return rest.removeprefix(" ").removesuffix("\n")
+    answer = stdout[index + len(marker) :].removeprefix(b" ").removesuffix(b"\n")
+    if max_bytes is None or len(answer) <= max_bytes:
+        return answer, False
+    cut = answer[:max_bytes]
+    while cut and (cut[-1] & 0xC0) == 0x80:  # do not split a UTF-8 character
+        cut = cut[:-1]
+    if cut and cut[-1] >= 0xC0:
+        cut = cut[:-1]
+    return cut, True
+
+
+def answer_from_stdout(stdout: str) -> str | None:
+    """The answer in a runner's stdout, the inverse of :func:`format_answer`; ``None`` without a marker."""
+    found = extract_answer(stdout.encode())
+    return None if found is None else found[0].decode()
 
 
 __all__ = [
@@ -357,6 +373,7 @@ __all__ = [
     "WorkerMaxTurnsError",
     "WorkerUsageError",
     "answer_from_stdout",
+    "extract_answer",
     "format_answer",
     "load_worker_config",
     "parse_worker_config",

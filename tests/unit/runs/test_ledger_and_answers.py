@@ -15,7 +15,7 @@ from clawstack.common.digest import spec_digest
 from clawstack.runs.admission import parse_launch
 from clawstack.runs.errors import RunsError
 from clawstack.runs.ledger import Ledger, RunRecord
-from clawstack.runs.lifecycle import extract_answer
+from clawstack.worker.contract import extract_answer
 
 
 def record(run_id: str = "r1", state: str = "accepted") -> RunRecord:

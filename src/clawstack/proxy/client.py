@@ -146,6 +146,13 @@ class ProxyOperatorClient:
         )
         return body  # type: ignore[no-any-return]
 
+    async def set_expiry(self, identity_id: str, expires_at: datetime) -> dict[str, Any]:
+        """Move a live identity's expiry; returns its description once the change is on the proxy's disk."""
+        _, body = await self._call(
+            "POST", f"/v1/identities/{identity_id}/expiry", {"expires_at": format_timestamp(expires_at)}
+        )
+        return body  # type: ignore[no-any-return]
+
     async def get_identity(self, identity_id: str) -> dict[str, Any]:
         _, body = await self._call("GET", f"/v1/identities/{identity_id}")
         return body  # type: ignore[no-any-return]

@@ -18,7 +18,7 @@ import re
 import sqlite3
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -29,6 +29,8 @@ from clawstack.proxy.errors import ConflictError, ProxyError
 
 IDENTITY_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+MAX_IDENTITY_LIFETIME: Final = timedelta(days=7)
+"""The furthest an identity's expiry may be from the time it is created or moved."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +86,14 @@ class Identity:
         return secrets_equal(hash_secret(secret), self.secret_sha256)
 
     def same_grant(self, other: Identity) -> bool:
-        """Whether a repeated create describes this identity (for idempotent creation)."""
+        """Whether a repeated create describes this identity (for idempotent creation).
+
+        The expiry is not part of the grant: it moves with the run's authority (``set_expiry``), and a repeated
+        create answers with the stored one, which the caller compares with what it wants."""
         return (
             secrets_equal(self.secret_sha256, other.secret_sha256)
             and self.chain == other.chain
             and self.tools == other.tools
-            and self.expires_at == other.expires_at
             and self.labels == other.labels
         )
 
@@ -195,6 +199,11 @@ class IdentityStore:
             ),
         )
 
+    def save_expiry(self, identity: Identity, expires_at: datetime) -> None:
+        """Persist a new expiry, then apply it to ``identity``."""
+        self._write("UPDATE identities SET expires_at=? WHERE id=?", (format_timestamp(expires_at), identity.id))
+        identity.expires_at = expires_at
+
     def save_usage(self, identity: Identity) -> None:
         """Persist ``served_by`` and ``last_plan_failure`` (at shutdown and revocation)."""
         self._write(
@@ -228,4 +237,4 @@ def _from_row(row: tuple[Any, ...]) -> Identity:
     )
 
 
-__all__ = ["IDENTITY_ID", "ChainEntry", "Identity", "IdentityStore", "ReasoningEffort", "hash_secret"]
+__all__ = ["IDENTITY_ID", "MAX_IDENTITY_LIFETIME", "ChainEntry", "Identity", "IdentityStore", "ReasoningEffort", "hash_secret"]

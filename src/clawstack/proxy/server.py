@@ -5,7 +5,7 @@ Worker API (loopback TCP and/or a Unix socket; callers authenticate with ``<iden
 
 Operator API (a peer-checked Unix socket in a trusted directory and/or loopback TCP; every call carries the
 operator token): ``POST /v1/identities``, ``GET /v1/identities/{id}``, ``POST /v1/identities/{id}/revoke``,
-``GET /v1/revocations/{id}`` (a fresh read from disk), ``GET /v1/health``. The two listeners never share routes,
+``POST /v1/identities/{id}/expiry`` (the run's authority moved), ``GET /v1/revocations/{id}`` (a fresh read from disk), ``GET /v1/health``. The two listeners never share routes,
 so a worker that reaches its own API cannot reach the operator's.
 
 Every error is the OpenAI envelope ``{"error":{"message","type","code"}}``.
@@ -32,7 +32,7 @@ from clawstack.common.uds import UnixSocketServer, remove_stale_socket
 from clawstack.proxy.chat import sse_error
 from clawstack.proxy.config import ProxyConfig
 from clawstack.proxy.errors import AuthError, ForbiddenError, NotFoundError, ProxyError, RequestError, UpstreamError
-from clawstack.proxy.service import CreateIdentityRequest, ProxyService, validation_message
+from clawstack.proxy.service import CreateIdentityRequest, ExpiryRequest, ProxyService, validation_message
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +154,7 @@ class ProxyServer:
         app.router.add_post("/v1/identities", self._create)
         app.router.add_get("/v1/identities/{id}", self._get)
         app.router.add_post("/v1/identities/{id}/revoke", self._revoke)
+        app.router.add_post("/v1/identities/{id}/expiry", self._expiry)
         app.router.add_get("/v1/revocations/{id}", self._durable)
         app.router.add_get("/v1/health", self._health)
         return app
@@ -179,6 +180,15 @@ class ProxyServer:
             raise RequestError(validation_message(exc), code="invalid_request") from exc
         identity, created = await self.service.create_identity(create)
         return web.json_response(self.service.describe(identity), status=201 if created else 200)
+
+    async def _expiry(self, request: web.Request) -> web.Response:
+        body = await _read_json(request, max_bytes=OPERATOR_MAX_BODY)
+        try:
+            change = ExpiryRequest.model_validate_json(json.dumps(body))
+        except ValidationError as exc:
+            raise RequestError(validation_message(exc), code="invalid_request") from exc
+        identity = await self.service.set_expiry(request.match_info["id"], change)
+        return web.json_response(self.service.describe(identity))
 
     async def _get(self, request: web.Request) -> web.Response:
         return web.json_response(self.service.describe(self.service.get_identity(request.match_info["id"])))

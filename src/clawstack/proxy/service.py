@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -34,13 +34,21 @@ from clawstack.proxy.config import ProxyConfig
 from clawstack.proxy.errors import (
     AuthError,
     ConfigError,
+    ConflictError,
     ForbiddenError,
     NotFoundError,
     ProxyError,
     RequestError,
     RevocationError,
 )
-from clawstack.proxy.identities import IDENTITY_ID, ChainEntry, Identity, IdentityStore, hash_secret
+from clawstack.proxy.identities import (
+    IDENTITY_ID,
+    MAX_IDENTITY_LIFETIME,
+    ChainEntry,
+    Identity,
+    IdentityStore,
+    hash_secret,
+)
 from clawstack.proxy.journal import TraceJournal, read_capture_epoch
 from clawstack.proxy.providers import KeyHealth, Upstreams
 from clawstack.proxy.revocation import RevocationLedger
@@ -53,7 +61,6 @@ log = logging.getLogger(__name__)
 SLOT: Final = re.compile(r"primary|fallback(-([2-9]|[1-9][0-9]))?")
 QUALIFIED_TOOL: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,47}\.[a-z0-9][a-z0-9_-]{0,47}")
 SECRET: Final = re.compile(r"[A-Za-z0-9_-]{32,256}")
-MAX_IDENTITY_LIFETIME: Final = timedelta(days=7)
 
 
 class _Strict(BaseModel):
@@ -80,6 +87,12 @@ class ChainEntryRequest(_Strict):
         if not SLOT.fullmatch(value):
             raise ValueError("must be primary, fallback, fallback-2, …")
         return value
+
+
+class ExpiryRequest(_Strict):
+    """``POST /v1/identities/{id}/expiry``."""
+
+    expires_at: AwareDatetime
 
 
 class CreateIdentityRequest(_Strict):
@@ -400,13 +413,18 @@ class ProxyService:
 
     # ------------------------------------------------------------------------------------------ operator side
 
-    async def create_identity(self, request: CreateIdentityRequest) -> tuple[Identity, bool]:
+    def _expiry(self, requested: datetime) -> datetime:
         now = self.clock.now()
-        expires_at = request.expires_at.replace(microsecond=0)
+        expires_at = requested.replace(microsecond=0)
         if expires_at <= now:
             raise RequestError("expires_at is in the past", code="expiry_invalid")
         if expires_at - now > MAX_IDENTITY_LIFETIME:
             raise RequestError("expires_at is more than 7 days away", code="expiry_invalid")
+        return expires_at
+
+    async def create_identity(self, request: CreateIdentityRequest) -> tuple[Identity, bool]:
+        now = self.clock.now()
+        expires_at = self._expiry(request.expires_at)
         chain = []
         for position, item in enumerate(request.chain):
             expected = "primary" if position == 0 else "fallback" if position == 1 else f"fallback-{position}"
@@ -472,6 +490,18 @@ class ProxyService:
             "served_by_complete": identity.boot_id == self.boot_id,
             "last_plan_failure": identity.last_plan_failure,
         }
+
+    async def set_expiry(self, identity_id: str, request: ExpiryRequest) -> Identity:
+        """Move a live identity's expiry (the run's authority was extended or shortened), durably. Idempotent."""
+        identity = self.get_identity(identity_id)
+        if self.is_revoked(identity):
+            raise ConflictError("the identity was revoked; its expiry cannot change", code="identity_revoked")
+        if identity.state(self.clock.now()) == "expired":
+            raise ConflictError("the identity has expired; its expiry cannot change", code="identity_expired")
+        expires_at = self._expiry(request.expires_at)
+        if expires_at != identity.expires_at:
+            await asyncio.to_thread(self.store.save_expiry, identity, expires_at)
+        return identity
 
     def get_identity(self, identity_id: str) -> Identity:
         identity = self.store.get(identity_id)

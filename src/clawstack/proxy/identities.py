@@ -237,4 +237,12 @@ def _from_row(row: tuple[Any, ...]) -> Identity:
     )
 
 
-__all__ = ["IDENTITY_ID", "MAX_IDENTITY_LIFETIME", "ChainEntry", "Identity", "IdentityStore", "ReasoningEffort", "hash_secret"]
+__all__ = [
+    "IDENTITY_ID",
+    "MAX_IDENTITY_LIFETIME",
+    "ChainEntry",
+    "Identity",
+    "IdentityStore",
+    "ReasoningEffort",
+    "hash_secret",
+]

@@ -5,7 +5,9 @@ one writer. :func:`take_writer_lock` takes an exclusive, non-blocking ``flock`` 
 through a symlink) for as long as the store is open; :func:`open_database` creates the file private (0600, a
 regular file owned by this user, never through a symlink), turns on write-ahead logging (verified) and
 ``synchronous=FULL``, refuses a schema newer than the code, and applies the schema statements and ``user_version``
-in one ``IMMEDIATE`` transaction.
+in one ``IMMEDIATE`` transaction. A store whose schema changed passes ``migrate``, which brings a file of an older
+version to the shape the schema statements expect in that same transaction, so the migration and the new version
+reach the disk together or not at all.
 
 Errors are :class:`DatabaseLockedError` (another writer holds the lock) and :class:`DatabaseError` (with a short
 reason); stores translate them into their own error codes. :func:`move_aside` renames a damaged database (and its
@@ -82,11 +84,14 @@ def open_database(
     *,
     check_integrity: bool = False,
     foreign_keys: bool = False,
+    migrate: Callable[[sqlite3.Connection, int], None] | None = None,
 ) -> sqlite3.Connection:
     """Create (private) or open ``path``, in WAL with ``synchronous=FULL``, migrated to ``schema`` at ``version``.
 
     ``check_integrity`` runs ``PRAGMA quick_check`` first: a damaged file raises :class:`sqlite3.DatabaseError`
-    (as does a file that is not a database at all), which a store may answer by moving the file aside. The
+    (as does a file that is not a database at all), which a store may answer by moving the file aside.
+    ``migrate(db, found)`` is called first inside the schema transaction when the file has an older, non-zero
+    ``user_version`` (``found``); whatever it raises rolls the transaction back and leaves the file as it was. The
     connection is in autocommit mode (``isolation_level=None``) and may be used from other threads.
     """
     _create_private_file(path)
@@ -107,6 +112,8 @@ def open_database(
         if found > version:
             raise DatabaseError(f"the database has schema version {found}, newer than this code ({version})")
         db.execute("BEGIN IMMEDIATE")
+        if migrate is not None and 0 < found < version:
+            migrate(db, found)
         for statement in schema:
             db.execute(statement)
         db.execute(f"PRAGMA user_version={int(version)}")

@@ -408,12 +408,17 @@ class AsyncUnixClient:
                 asyncio.timeout(timeout_s),
                 session.request(method, "http://claw" + path, data=data, headers=send_headers) as resp,
             ):
-                payload = await resp.content.read(self._max_body + 1)
-                if len(payload) > self._max_body:
-                    raise SocketUnavailableError(
-                        f"answer larger than {self._max_body} bytes", code="response_too_large", retryable=False
-                    )
-                return UnixResponse(status=resp.status, headers=dict(resp.headers), body=payload)
+                # read(n) returns what has arrived so far, not n bytes: gather chunks until the end of the body.
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_any():
+                    size += len(chunk)
+                    if size > self._max_body:
+                        raise SocketUnavailableError(
+                            f"answer larger than {self._max_body} bytes", code="response_too_large", retryable=False
+                        )
+                    chunks.append(chunk)
+                return UnixResponse(status=resp.status, headers=dict(resp.headers), body=b"".join(chunks))
         except aiohttp.ClientConnectionError as exc:
             raise SocketUnavailableError(f"cannot talk to {self.path}: {type(exc).__name__}") from exc
         except TimeoutError as exc:

@@ -64,3 +64,41 @@ def test_one_writer_at_a_time(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     os.close(take_writer_lock(path))
+
+
+def test_an_older_file_is_migrated_in_the_schema_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    old = open_database(path, SCHEMA, 1)
+    old.execute("INSERT INTO t VALUES ('a', 'b')")
+    old.close()
+    calls: list[int] = []
+    v2 = (*SCHEMA, "CREATE INDEX IF NOT EXISTS t_w ON t (w)")
+
+    def migrate(db: sqlite3.Connection, found: int) -> None:
+        calls.append(found)
+        db.execute("ALTER TABLE t ADD COLUMN w TEXT NOT NULL DEFAULT ''")
+        db.execute("UPDATE t SET w = v || '!'")
+
+    db = open_database(path, v2, 2, migrate=migrate)
+    assert db.execute("SELECT k, v, w FROM t").fetchall() == [("a", "b", "b!")]
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    db.close()
+    open_database(path, v2, 2, migrate=migrate).close()  # already current: not migrated again
+    open_database(tmp_path / "fresh.sqlite3", v2[:1], 2, migrate=migrate).close()  # a new file is created current
+    assert calls == [1]
+
+
+def test_a_failed_migration_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "store.sqlite3"
+    open_database(path, SCHEMA, 1).close()
+
+    def migrate(db: sqlite3.Connection, found: int) -> None:
+        db.execute("ALTER TABLE t ADD COLUMN w TEXT")
+        raise DatabaseError("cannot migrate")
+
+    with pytest.raises(DatabaseError, match="cannot migrate"):
+        open_database(path, SCHEMA, 2, migrate=migrate)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert [row[1] for row in db.execute("PRAGMA table_info(t)")] == ["k", "v"]
+    db.close()

@@ -255,5 +255,26 @@ async def test_client_bounds_the_answer(short_dir: Path) -> None:
         assert info.value.code == "response_too_large"
 
 
+async def test_client_reads_a_large_answer_whole(short_dir: Path) -> None:
+    body = os.urandom(3 * 1024 * 1024)
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_length = len(body)
+        await response.prepare(request)
+        for start in range(0, len(body), 65536):  # arrives in many pieces
+            await response.write(body[start : start + 65536])
+            await asyncio.sleep(0)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/big", big)
+    path = sock_dir_in(short_dir) / "api.sock"
+    async with UnixSocketServer(app, path), AsyncUnixClient(path) as client:
+        resp = await client.request("GET", "/big")
+        assert resp.body == body
+
+
 def test_httpx_is_the_sync_transport() -> None:
     assert issubclass(type(sync_client("/nonexistent/x.sock")), httpx.Client)

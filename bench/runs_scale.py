@@ -149,9 +149,7 @@ async def reconcile(pod: Path, n: int) -> None:
             accepted_at="2026-01-01T00:00:00Z",
             state="stopped",
         )
-        db.execute(
-            "INSERT INTO runs VALUES (?,?,?,?)", (record.installation, record.run_id, record.state, record.to_json())
-        )
+        ledger.insert(record)
     db.execute("COMMIT")
     ledger.close()
     full = min([await startup() for _ in range(3)])

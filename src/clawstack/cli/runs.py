@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
+from clawstack.cli._runs_view import runs_table, status_block
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.cli.pod import POD_OPTION
 from clawstack.common.clock import SystemClock
@@ -19,6 +25,7 @@ from clawstack.common.files import ensure_private_dir
 from clawstack.pod.artifacts import PodPaths
 from clawstack.runs.client import RunsClient, load_spec
 from clawstack.runs.errors import RunsError
+from clawstack.runs.listing import MAX_LIMIT, STATES
 from clawstack.runs.server import RunsServer, parse_timeout
 from clawstack.runs.supervisor import Supervisor
 
@@ -104,29 +111,7 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(status, indent=2))
         return
-    rows = [("run", f"{status['installation']}/{status['run_id']}"), ("state", str(status.get("state")))]
-    for name in (
-        "cancelled",
-        "failure",
-        "exit_code",
-        "revoked",
-        "revocation_proof",
-        "credential",
-        "isolation",
-        "template",
-        "deadline",
-        "authority_expires_at",
-        "pending",
-    ):
-        if status.get(name) not in (None, False):
-            rows.append((name, str(status[name])))
-    if status.get("result"):
-        rows.append(
-            ("result", f"{status['result']['bytes']} bytes" + (" (truncated)" if status["result"]["truncated"] else ""))
-        )
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        click.echo(f"{name:<{width}}  {value}")
+    click.echo(status_block(status))
 
 
 def _run(action: Any) -> Any:
@@ -201,6 +186,62 @@ def status(
             lambda: client.status(installation, run_id, wait=wait, timeout_s=parse_timeout(timeout) if wait else None)
         )
     _print_status(result, as_json)
+
+
+def _list_runs(client: RunsClient, installation: str | None, state: str | None, limit: int | None) -> list[Any]:
+    """Every matching run, newest first, following ``next_cursor`` until the last page or ``limit`` runs."""
+    shown: list[Any] = []
+    cursor: str | None = None
+    while True:
+        want = MAX_LIMIT if limit is None else min(MAX_LIMIT, limit - len(shown))
+        page = client.list_runs(installation=installation, state=state, limit=want, cursor=cursor)
+        shown.extend(page["runs"])
+        cursor = page["next_cursor"]
+        if cursor is None or (limit is not None and len(shown) >= limit):
+            return shown
+
+
+@runs.command(name="ls")
+@click.option("--installation", default=None, help="Only this installation's runs.")
+@click.option("--state", type=click.Choice(STATES), default=None, help="Only runs in this state.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most this many runs (default all).")
+@click.option("--watch", is_flag=True, help="Redraw the table about every second until Ctrl-C.")
+@POD_OPTION
+@SOCKET_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print the runs' status objects as a JSON array.")
+def list_command(
+    installation: str | None,
+    state: str | None,
+    limit: int | None,
+    watch: bool,
+    pod_dir: Path,
+    socket_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first: installation, run, state, failure, age (since accepted) and runtime."""
+    if watch and as_json:
+        raise click.UsageError("--watch draws a table; it cannot be combined with --json")
+    with _client(pod_dir, socket_dir) as client:
+
+        def matching() -> list[Any]:
+            return _run(lambda: _list_runs(client, installation, state, limit))  # type: ignore[no-any-return]
+
+        def table() -> Table:
+            return runs_table(matching(), SystemClock().now())
+
+        if as_json:
+            click.echo(json.dumps(matching(), indent=2))
+        elif not watch:
+            # Off a terminal (a pipe, a file), never cut a column to 80 characters.
+            Console(width=None if sys.stdout.isatty() else 100_000).print(table())
+        else:
+            try:
+                with Live(table(), auto_refresh=False) as live:
+                    while True:
+                        time.sleep(1.0)
+                        live.update(table(), refresh=True)
+            except KeyboardInterrupt:
+                return  # Ctrl-C is how a watch ends: exit 0
 
 
 @runs.command()

@@ -11,6 +11,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -82,6 +83,17 @@ class RunsClient:
         response = self._call("GET", f"/v1/runs/{installation}/{run_id}/result")
         return response.text, response.headers.get("X-Claw-Result-Truncated") == "true"
 
+    def list_runs(
+        self,
+        installation: str | None = None,
+        state: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of ``GET /v1/runs``: ``{"runs": [status, …], "next_cursor": str | None}``, newest first."""
+        params = _list_params(installation, state, limit, cursor)
+        return self._call("GET", "/v1/runs", params=params).json()  # type: ignore[no-any-return]
+
     def templates(self) -> dict[str, Any]:
         return self._call("GET", "/v1/templates").json()  # type: ignore[no-any-return]
 
@@ -146,6 +158,18 @@ class AsyncRunsClient:
         response = await self._call("GET", f"/v1/runs/{installation}/{run_id}/result")
         return response.body.decode("utf-8"), response.headers.get("X-Claw-Result-Truncated") == "true"
 
+    async def list_runs(
+        self,
+        installation: str | None = None,
+        state: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of ``GET /v1/runs``: ``{"runs": [status, …], "next_cursor": str | None}``, newest first."""
+        params = _list_params(installation, state, limit, cursor)
+        path = "/v1/runs" + ("?" + urlencode(params) if params else "")
+        return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
+
     async def templates(self) -> dict[str, Any]:
         return (await self._call("GET", "/v1/templates")).json()  # type: ignore[no-any-return]
 
@@ -198,6 +222,11 @@ def _wait_params(wait: str | None, timeout_s: float | None) -> dict[str, str]:
     if timeout_s is not None:
         params["timeout"] = f"{timeout_s:g}s"
     return params
+
+
+def _list_params(installation: str | None, state: str | None, limit: int | None, cursor: str | None) -> dict[str, str]:
+    given = {"installation": installation, "state": state, "limit": limit, "cursor": cursor}
+    return {name: str(value) for name, value in given.items() if value is not None}
 
 
 def load_spec(path: Path) -> dict[str, Any]:

@@ -3,6 +3,9 @@
 The supervisor is the only writer. Every write commits (and so reaches the disk) before the call returns, so an
 API answer built from a record never reports state that a crash could lose. A record is stored as JSON beside the
 columns the supervisor queries; :class:`RunRecord` is the whole truth about a run.
+
+Schema versions: 1 had ``runs (installation, run_id, state, record)``; 2 adds ``accepted_at`` (filled from each
+record when a version-1 file is opened) and the indexes that serve :meth:`Ledger.page`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir
@@ -80,6 +83,15 @@ class RunRecord:
         return cls(**json.loads(text))
 
 
+class Position(NamedTuple):
+    """A run's place in the listing order: newest ``accepted_at`` first, then installation, then run_id (each
+    descending, so that the order is total and deterministic)."""
+
+    accepted_at: str
+    installation: str
+    run_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class Tombstone:
     installation: str
@@ -89,17 +101,37 @@ class Tombstone:
 
 
 #: The ledger's ``user_version``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
         installation TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL,
+        accepted_at TEXT NOT NULL DEFAULT '',
         PRIMARY KEY (installation, run_id))""",
-    "CREATE INDEX IF NOT EXISTS runs_state ON runs (state)",
+    # The listing's order: over all runs, within one installation, and within one state.
+    "CREATE INDEX IF NOT EXISTS runs_accepted ON runs (accepted_at, installation, run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_installation_accepted ON runs (installation, accepted_at, run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_state_accepted ON runs (state, accepted_at, installation, run_id)",
     """CREATE TABLE IF NOT EXISTS tombstones (
         installation TEXT NOT NULL, run_id TEXT NOT NULL, generation INTEGER NOT NULL, cancelled_at TEXT NOT NULL,
         PRIMARY KEY (installation, run_id))""",
 )
+
+
+def _migrate(db: sqlite3.Connection, found: int) -> None:
+    """Bring a ledger of version ``found`` to the shape :data:`_SCHEMA` expects (inside its transaction)."""
+    if found < 2:
+        db.execute("ALTER TABLE runs ADD COLUMN accepted_at TEXT NOT NULL DEFAULT ''")
+        rows = db.execute("SELECT installation, run_id, record FROM runs").fetchall()
+        for installation, run_id, text in rows:
+            try:
+                accepted_at = str(json.loads(text)["accepted_at"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DatabaseError("a run record cannot be read to migrate the ledger") from exc
+            db.execute(
+                "UPDATE runs SET accepted_at=? WHERE installation=? AND run_id=?", (accepted_at, installation, run_id)
+            )
+        db.execute("DROP INDEX IF EXISTS runs_state")  # runs_state_accepted also leads with state
 
 
 class Ledger:
@@ -112,7 +144,7 @@ class Ledger:
     def open(self) -> None:
         ensure_private_dir(self.path.parent)
         try:
-            self._db = open_database(self.path, _SCHEMA, SCHEMA_VERSION)
+            self._db = open_database(self.path, _SCHEMA, SCHEMA_VERSION, migrate=_migrate)
         except (sqlite3.Error, DatabaseError) as exc:
             raise LedgerError("the run ledger cannot be opened") from exc
 
@@ -132,8 +164,8 @@ class Ledger:
 
     def insert(self, record: RunRecord) -> None:
         self._write(
-            "INSERT INTO runs (installation, run_id, state, record) VALUES (?,?,?,?)",
-            (record.installation, record.run_id, record.state, record.to_json()),
+            "INSERT INTO runs (installation, run_id, state, record, accepted_at) VALUES (?,?,?,?,?)",
+            (record.installation, record.run_id, record.state, record.to_json(), record.accepted_at),
         )
 
     def update(self, record: RunRecord) -> None:
@@ -153,6 +185,34 @@ class Ledger:
         return [
             r for r in records if r.credential == "held" and not r.cancelled and r.callbacks.get("end") == "skipped"
         ]
+
+    def page(
+        self,
+        *,
+        installation: str | None = None,
+        state: State | None = None,
+        after: Position | None = None,
+        limit: int,
+    ) -> list[RunRecord]:
+        """At most ``limit`` runs in listing order (see :class:`Position`) that match ``installation`` and
+        ``state``, starting just after ``after``. Filters and the bound are both applied in SQL, on an index."""
+        where: list[str] = []
+        params: list[Any] = []
+        if installation is not None:
+            where.append("installation=?")
+            params.append(installation)
+        if state is not None:
+            where.append("state=?")
+            params.append(state)
+        if after is not None:
+            where.append("(accepted_at, installation, run_id) < (?,?,?)")
+            params.extend(after)
+        # Only these fixed clauses are joined in; every value is a bound parameter. One statement per combination
+        # (rather than "? IS NULL OR …") lets SQLite pick the matching index.
+        clause = " WHERE " + " AND ".join(where) if where else ""
+        sql = f"SELECT record FROM runs{clause} ORDER BY accepted_at DESC, installation DESC, run_id DESC LIMIT ?"  # noqa: S608
+        rows = self._query(sql, (*params, limit))
+        return [RunRecord.from_json(row[0]) for row in rows]
 
     def count(self) -> int:
         return int(self._query("SELECT count(*) FROM runs", ())[0][0])
@@ -195,4 +255,15 @@ def count_unfinished(runs_dir: Path) -> int:
         ledger.close()
 
 
-__all__ = ["ORDER", "TERMINAL", "Ledger", "LedgerError", "RunRecord", "State", "Tombstone", "count_unfinished"]
+__all__ = [
+    "ORDER",
+    "SCHEMA_VERSION",
+    "TERMINAL",
+    "Ledger",
+    "LedgerError",
+    "Position",
+    "RunRecord",
+    "State",
+    "Tombstone",
+    "count_unfinished",
+]

@@ -126,8 +126,12 @@ def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOU
     async def subscriptions(request: web.Request) -> web.StreamResponse:
         return await _send(request, supervisor.subscriptions())
 
+    async def list_runs(request: web.Request) -> web.StreamResponse:
+        return await _send(request, supervisor.list_runs(request.query.items()))
+
     run = "/v1/runs/{installation}/{run_id}"
     app.router.add_post("/v1/runs", launch)
+    app.router.add_get("/v1/runs", list_runs)
     app.router.add_get(run, status)
     app.router.add_post(run + "/cancel", cancel)
     app.router.add_post(run + "/credential", credential)

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from clawstack.runs.callbacks import CallbackSender, CallbackTarget, end_body, r
 from clawstack.runs.errors import RunsError
 from clawstack.runs.ledger import ORDER, Ledger, RunRecord
 from clawstack.runs.lifecycle import RunDriver
+from clawstack.runs.listing import parse_query, split_page
 
 log = logging.getLogger(__name__)
 
@@ -568,6 +569,16 @@ class Supervisor:
 
     def subscriptions(self) -> Answer:
         raise RunsError("subscriptions_unsupported", "this pod's proxy has no plan routes")
+
+    def list_runs(self, query: Iterable[tuple[str, str]]) -> Answer:
+        """``GET /v1/runs``: one page of runs, newest first, each the status a single read returns (never the task);
+        the query's filters and bound are applied by the ledger (see :mod:`clawstack.runs.listing`)."""
+        wanted = parse_query(query)
+        records = self.ledger.page(
+            installation=wanted.installation, state=wanted.state, after=wanted.after, limit=wanted.limit + 1
+        )
+        page, cursor = split_page(records, wanted.limit)
+        return Answer(200, {"runs": [self.status(record) for record in page], "next_cursor": cursor})
 
 
 __all__ = ["Answer", "ProxyLink", "StartupError", "Supervisor"]

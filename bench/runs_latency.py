@@ -23,7 +23,7 @@ from clawstack.common.clock import SystemClock
 from clawstack.common.digest import spec_digest
 from clawstack.common.uds import AsyncUnixClient
 from clawstack.llm.fake import FakeModelServer
-from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.artifacts import PodPaths, read_pod_manifest
 from clawstack.pod.up import down, up
 from clawstack.runs.backends.base import RunLabels, WorkerSpec
 from clawstack.runs.backends.local import LocalBackend
@@ -112,7 +112,8 @@ async def main() -> None:
             os.chmod(fake_socket_dir / "m.sock", 0o666)  # the sandbox runs as uid 65534, like the proxy's socket
             await asyncio.to_thread(up, pod, detach=True, environ={"CLAW_FAKE_LLM_URL": fake.base_url})
             paths = PodPaths(pod.resolve())
-            server = RunsServer(Supervisor(pod, LocalBackend(paths.runs / "workers", pod="pod")), sock)
+            name = read_pod_manifest(paths)["pod"]
+            server = RunsServer(Supervisor(pod, LocalBackend(paths.runs / "workers", pod=name)), sock)
             await server.start()
             async with AsyncUnixClient(sock / "runs.sock") as client:
                 await through_supervisor(client, 2, "warm")

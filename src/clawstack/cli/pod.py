@@ -9,7 +9,7 @@ import click
 
 from clawstack.cli._serving import configure_logging
 from clawstack.cli.proxy import run_proxy
-from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.artifacts import PodPaths, read_pod_manifest
 from clawstack.pod.errors import PodError
 from clawstack.pod.up import compile_only, down, up
 from clawstack.proxy.config import load_config
@@ -28,7 +28,8 @@ def _cancel_runs(paths: PodPaths) -> list[str]:
         return []
     from clawstack.runs.backends.local import LocalBackend
 
-    outcome = asyncio.run(cancel_unfinished(paths, LocalBackend(paths.runs / "workers", pod=paths.pod.name)))
+    pod = read_pod_manifest(paths)["pod"]
+    outcome = asyncio.run(cancel_unfinished(paths, LocalBackend(paths.runs / "workers", pod=pod)))
     for name in outcome.revoked:
         click.echo(f"cancelled {name} (revoked)")
     if outcome.stuck:

@@ -83,7 +83,7 @@ def serve(
     directory = _socket_dir(pod_dir, socket_dir)
     if socket_dir is None:
         ensure_private_dir(directory)
-    backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name, allow_no_isolation=allow_no_isolation)
+    backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths), allow_no_isolation=allow_no_isolation)
     supervisor = Supervisor(
         paths.pod,
         backend,
@@ -101,6 +101,16 @@ def serve(
         return f"runs listening: unix:{server.socket_path}"
 
     asyncio.run(serve_until_signal(start, server.stop, name="clawstack.runs"))
+
+
+def _pod_name(paths: PodPaths) -> str:
+    """The pod's declared name (``x-claw.pod``), which labels its workers, from the compiled pod."""
+    from clawstack.pod.artifacts import read_pod_manifest
+
+    try:
+        return read_pod_manifest(paths)["pod"]
+    except ClawError as exc:
+        raise click.ClickException(exc.message) from exc
 
 
 def _client(pod_dir: Path, socket_dir: Path | None) -> RunsClient:
@@ -321,14 +331,14 @@ def doctor(pod_dir: Path, remove_orphans: bool) -> None:
             for record in unfinished:
                 pending = f" ({record.pending})" if record.pending else ""
                 click.echo(f"  {record.installation}/{record.run_id}: {record.state}{pending}")
-            backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name)
+            backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths))
             workers = asyncio.run(backend.list_workers())
             orphans = [w for w in workers if ledger.get(w.installation, w.run_id) is None]
         finally:
             ledger.close()
     else:
         click.echo("ledger: none yet (no run was ever launched)")
-        backend = LocalBackend(paths.runs / "workers", pod=paths.pod.name)
+        backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths))
         orphans = list(asyncio.run(backend.list_workers()))
     click.echo(f"orphaned workers: {len(orphans)}")
     for orphan in orphans:

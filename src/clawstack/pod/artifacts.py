@@ -3,6 +3,7 @@
 ::
 
     <pod>/.claw-runs/                 0700  the supervisor's state (ledger, secrets, results) and, from claw up:
+        pod.json                      0600  the pod's declared name (x-claw.pod) and backend
         templates/<service>.json      0600  one per per-run template
         pod.lock                            the pod lock
     <pod>/.claw-runtime/              0700  rotated by claw up
@@ -26,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from clawstack.common.digest import spec_digest
+from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir, read_private, write_private
 from clawstack.common.ids import new_secret
-from clawstack.common.strictjson import StrictJSONError
 from clawstack.common.strictjson import loads as strict_loads
 from clawstack.pod.compile import CompiledPod
 from clawstack.pod.errors import PodError
@@ -51,6 +52,10 @@ class PodPaths:
     @property
     def templates(self) -> Path:
         return self.runs / "templates"
+
+    @property
+    def manifest(self) -> Path:
+        return self.runs / "pod.json"
 
     @property
     def lock(self) -> Path:
@@ -106,7 +111,7 @@ def existing_operator_token(paths: PodPaths) -> str | None:
     try:
         config = json.loads(read_private(paths.proxy_config, max_bytes=MAX_TEMPLATE_BYTES))
         token = config["env"][OPERATOR_TOKEN_ENV]
-    except (OSError, PodError, ValueError, KeyError, TypeError):
+    except (OSError, ClawError, ValueError, KeyError, TypeError):
         return None
     return token if isinstance(token, str) and len(token) >= 32 else None
 
@@ -147,6 +152,7 @@ def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | N
     for template in compiled.templates:
         write_private(paths.contexts / f"{template.name}.json", _json(template.context))
     write_private(paths.proxy_config, _json(proxy_config(compiled, paths, token)))
+    write_private(paths.manifest, _json({"pod": compiled.spec.name, "backend": compiled.spec.backend}))
     keep = {f"{t.name}.json" for t in compiled.templates}
     for template in compiled.templates:
         write_private(paths.templates / f"{template.name}.json", _json(template.document))
@@ -157,11 +163,22 @@ def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | N
     return token
 
 
+def read_pod_manifest(paths: PodPaths) -> dict[str, str]:
+    """The compiled pod's ``{"pod": <x-claw.pod>, "backend": …}``, or a PodError (``pod_uncompiled``)."""
+    try:
+        manifest = strict_loads(read_private(paths.manifest, max_bytes=4096), max_depth=2)
+    except (OSError, ClawError) as exc:
+        raise PodError("the pod is not compiled (no .claw-runs/pod.json); run claw up", code="pod_uncompiled") from exc
+    if not isinstance(manifest, dict) or not all(isinstance(manifest.get(k), str) for k in ("pod", "backend")):
+        raise PodError("the compiled pod manifest .claw-runs/pod.json is malformed; run claw up", code="pod_uncompiled")
+    return {"pod": manifest["pod"], "backend": manifest["backend"]}
+
+
 def _verified(paths: PodPaths, file: Path) -> dict[str, Any] | None:
     try:
         document = strict_loads(read_private(file, max_bytes=MAX_TEMPLATE_BYTES), max_depth=16)
         context = strict_loads(read_private(paths.contexts / file.name, max_bytes=MAX_TEMPLATE_BYTES), max_depth=16)
-    except (OSError, PodError, StrictJSONError):
+    except (OSError, ClawError):  # unreadable, unsafe (mode, owner, link) or not strict JSON: it does not verify
         return None
     if not isinstance(document, dict) or not isinstance(context, dict):
         return None
@@ -218,5 +235,6 @@ __all__ = [
     "list_templates",
     "load_template",
     "proxy_config",
+    "read_pod_manifest",
     "write_pod",
 ]

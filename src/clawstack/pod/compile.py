@@ -85,6 +85,20 @@ def runner_digest(modules: tuple[str, ...]) -> str:
     return "sha256:" + hasher.hexdigest()
 
 
+def _runner_modules(runner_type: str) -> tuple[str, ...]:
+    module = HERMES_MODULE if runner_type == "hermes" else "clawstack.worker.oneshot"
+    return tuple(importlib.import_module(module).RUNNER_MODULES)
+
+
+def installed_runner_digest(runner_type: str) -> str | None:
+    """The digest of the built-in runner ``runner_type`` as installed now (``None`` when it is not installed):
+    what a local template's ``runner.digest`` pinned at ``claw up``, checked again before each worker starts."""
+    try:
+        return runner_digest(_runner_modules(runner_type))
+    except (ImportError, OSError):
+        return None
+
+
 def _local_runner(template: Template, where: str) -> dict[str, Any]:
     if template.build is not None or template.image not in LOCAL_RUNNERS:
         raise BackendError(
@@ -94,17 +108,13 @@ def _local_runner(template: Template, where: str) -> dict[str, Any]:
         )
     runner_type = LOCAL_RUNNERS[template.image]
     _check_profile(template, runner_type, where)
-    if runner_type == "hermes":
-        if importlib.util.find_spec(HERMES_MODULE) is None:
-            raise BackendError(
-                "the clawstack/hermes runner is not installed on this host; task-home templates under the local "
-                "backend need it (see docs/pods.md), or use the compose backend with a Hermes image",
-                where=where,
-            )
-        modules: tuple[str, ...] = tuple(importlib.import_module(HERMES_MODULE).RUNNER_MODULES)
-    else:
-        modules = tuple(importlib.import_module("clawstack.worker.oneshot").RUNNER_MODULES)
-    return {"image": template.image, "type": runner_type, "digest": runner_digest(modules)}
+    if runner_type == "hermes" and importlib.util.find_spec(HERMES_MODULE) is None:
+        raise BackendError(
+            "the clawstack/hermes runner is not installed on this host; task-home templates under the local "
+            "backend need it (see docs/pods.md), or use the compose backend with a Hermes image",
+            where=where,
+        )
+    return {"image": template.image, "type": runner_type, "digest": runner_digest(_runner_modules(runner_type))}
 
 
 def _compose_runner(template: Template, where: str, inspector: ImageInspector) -> dict[str, Any]:
@@ -158,14 +168,17 @@ def _expand_grant(template: Template, descriptors: Mapping[str, ServiceDescripto
     return sorted(granted)
 
 
-def _data_policy(spec: PodSpec, template: Template) -> dict[str, Any]:
-    """What the proxy enforces for this template's model calls: honest, and attested by provider only."""
+def _data_policy(template: Template) -> dict[str, Any]:
+    """What this template's model calls are subject to today, stated no stronger than it is: no region is
+    enforced and nothing is attested; only OpenRouter slots carry zero-retention and no-training controls (the
+    proxy sets them); and the proxy keeps call metadata locally in every pod (``audit.jsonl``, and the trace
+    journal when it is on), never message content."""
     openrouter_only = all(m.ref.startswith("openrouter/") for m in template.models)
     return {
         "regions": [],
         "training": "none" if openrouter_only else "provider_default",
         "retention": "none" if openrouter_only else "provider_default",
-        "local_retention": "metadata" if spec.journal else "none",
+        "local_retention": "metadata",
         "attested_providers": [],
     }
 
@@ -231,6 +244,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
                 if any(m.ref.startswith(prefix + "/") for m in template.models)
             },
             "credentials": sorted(template.cllama_env),  # names only: a rotation keeps the digest
+            "journal": spec.journal,  # whether the proxy keeps a trace of this template's calls
         }
         document: dict[str, Any] = {
             "schema": TEMPLATE_SCHEMA,
@@ -260,7 +274,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             else {"mount": template.home.mount, "max_bytes": template.home.max_bytes},
             "content": [{"source": c.source, "target": c.target} for c in template.content],
             "content_targets": [c.target for c in template.content],
-            "data_policy": _data_policy(spec, template),
+            "data_policy": _data_policy(template),
             "context_digest": spec_digest(context),
         }
         document["id"] = spec_digest(document)
@@ -274,4 +288,4 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
     )
 
 
-__all__ = ["CompiledPod", "CompiledTemplate", "compile_pod", "runner_digest"]
+__all__ = ["CompiledPod", "CompiledTemplate", "compile_pod", "installed_runner_digest", "runner_digest"]

@@ -1,9 +1,10 @@
 """The pod lock: one ``flock`` on ``.claw-runs/pod.lock`` shared by ``claw up``, ``claw down`` and the supervisor.
 
 The holder writes its pid into the file so that a refused process can say who holds it. The lock is released
-when its file descriptor closes, so a killed holder releases it at once; a holder that starts lifecycle
-subprocesses may let them inherit the descriptor (``inheritable=True``), so that a killed supervisor's in-flight
-subprocess keeps writer authority until it exits.
+when the last descriptor of its open file closes. A holder that starts lifecycle subprocesses hands them the
+descriptor (``acquire(inheritable=True)``, then :attr:`PodLock.fd` passed to the subprocess), so that a killed
+supervisor's in-flight spawn keeps writer authority until it is done: the local backend's monitor holds it until
+its worker has started or failed, and only then closes it. ``claw up`` and ``claw down`` refuse meanwhile.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class PodLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    @property
+    def fd(self) -> int | None:
+        """The lock's descriptor while held: a lifecycle subprocess given it keeps writer authority while it runs."""
+        return self._fd
 
     def __enter__(self) -> PodLock:
         self.acquire()

@@ -198,6 +198,7 @@ class ProxyOperatorClient:
                 f"revocation self-test failed (revoked={revoked}, refusal={refused}, durable={durable})",
                 code="revocation_self_test_failed",
                 status=503,
+                retryable=True,
             )
         return report
 

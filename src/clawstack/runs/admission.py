@@ -33,6 +33,20 @@ SPEC_FIELDS: Final = {
 HOME_ID: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
+def check_supported(template: dict[str, Any]) -> None:
+    """Refuse, before anything is written, a template whose runs this version cannot run as compiled: a
+    task-home template (task homes are not built yet) or one compiled for the compose backend (not built yet;
+    the supervisor runs local sandboxes only). Never run such a template as something else."""
+    if template.get("profile") == "task_home":
+        raise RunsError("template_unsupported", "task-home runs are not supported by this version of the supervisor")
+    if template.get("backend") != "local":
+        raise RunsError(
+            "template_unsupported",
+            f"this supervisor runs local sandboxes only; the template was compiled for the {template.get('backend')}"
+            " backend",
+        )
+
+
 def check_key(installation: str, run_id: str) -> None:
     if not INSTALLATION.fullmatch(installation):
         raise RunsError("request_invalid", "installation must match [a-z0-9][a-z0-9-]{0,63}")

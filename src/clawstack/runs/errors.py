@@ -7,8 +7,11 @@
      ├── body_too_large 413 · body_timeout 408
      ├── digest_invalid 400 · digest_mismatch 409 · template_changed 409 · cancelled 409 · stale_generation 409
      ├── grant_exceeded 422 · template_unknown 422 · callbacks_disabled 422
-     ├── not_found 404 · result_unavailable 409 · home_busy 409 · network_unavailable 503
-     └── subscriptions_unsupported 501
+     ├── template_unsupported 422 a task-home or compose template, whose runs are not built yet (issues 16, 14)
+     ├── not_found 404 · result_unavailable 409 · method_not_allowed 405
+     ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority (retry the call)
+     ├── subscriptions_unsupported 501 · internal_error 500
+     └── reserved, raised by no path yet: home_busy 409, network_unavailable 503 (task homes, issue 16)
 
 Errors render as ``{"error":{"code","message",…},"run":null}`` and never echo task text or credentials.
 """
@@ -32,10 +35,12 @@ STATUS = {
     "grant_exceeded": 422,
     "template_unknown": 422,
     "callbacks_disabled": 422,
+    "template_unsupported": 422,
     "not_found": 404,
     "result_unavailable": 409,
     "home_busy": 409,
     "network_unavailable": 503,
+    "proxy_unavailable": 503,
     "subscriptions_unsupported": 501,
     "method_not_allowed": 405,
     "internal_error": 500,

@@ -66,6 +66,8 @@ class RunRecord:
     capture_epoch_observed_at: str | None = None
     isolation: str | None = None
     spawned: bool = False  # a worker was asked to start (so start is owed before end)
+    failure_detail: str | None = None  # why a permanent refusal ended the run (an error code, never a message)
+    authority_ended: bool = False  # a callback was answered 401/403: nothing more is sent with the credential
 
     @property
     def key(self) -> tuple[str, str]:
@@ -178,13 +180,13 @@ class Ledger:
         rows = self._query("SELECT record FROM runs WHERE state NOT IN ('stopped', 'failed')", ())
         return [RunRecord.from_json(row[0]) for row in rows]
 
-    def ended_with_end_callback_owed(self) -> list[RunRecord]:
-        """Terminal runs holding a credential whose ``end`` callback was never resolved (a crash came between)."""
-        rows = self._query("SELECT record FROM runs WHERE state IN ('stopped', 'failed')", ())
-        records = (RunRecord.from_json(row[0]) for row in rows)
-        return [
-            r for r in records if r.credential == "held" and not r.cancelled and r.callbacks.get("end") == "skipped"
-        ]
+    def ended_with_credential_held(self) -> list[RunRecord]:
+        """Terminal runs that hold a callback credential (one may still owe a callback: a crash came between)."""
+        rows = self._query(
+            "SELECT record FROM runs WHERE state IN ('stopped', 'failed') AND json_extract(record, '$.credential') = 'held'",
+            (),
+        )
+        return [RunRecord.from_json(row[0]) for row in rows]
 
     def page(
         self,

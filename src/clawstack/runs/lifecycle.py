@@ -6,25 +6,31 @@
         └─────cancel───────► revoking (no worker ever created)
 
 A step is idempotent, so a driver restarted after a crash (the supervisor's reconcile) simply runs the state it
-finds: ``accepted`` creates the identity (same id and secret as before) and asks the backend to spawn, which starts
-nothing if the run already has a worker; ``running`` watches the worker; ``revoking`` removes the worker and
-revokes the identity until the proxy acknowledges. A run is never terminal while a worker carries its labels or
-before its identity's revocation is acknowledged.
+finds: ``accepted`` checks the run's pins (its template id against the compiled one, the local runner's digest
+against the installed code), creates the identity (same id and secret as before) and asks the backend to spawn,
+which starts nothing if the run already has a worker; ``running`` watches the worker; ``revoking`` removes the
+worker and revokes the identity until the proxy acknowledges. A run is never terminal while a worker carries its
+labels or before its identity's revocation is acknowledged: every run's deterministic identity id is revoked,
+even when no identity was ever created for it, so ``revocation_proof: cllama_ack`` always stands for a real 200.
+
+A step that meets a retryable error (the proxy away, a spawn that timed out) says so in ``pending`` and is tried
+again with backoff; a permanent refusal before the worker starts ends the run ``failed`` with ``spawn_error`` at
+once, the refusal's code in ``failure_detail``. Revocation is never given up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from clawstack.common.clock import format_timestamp, parse_timestamp
 from clawstack.common.errors import ClawError
-from clawstack.common.files import ensure_private_dir, read_private, write_private
-from clawstack.common.ids import new_secret
+from clawstack.pod.compile import installed_runner_digest
+from clawstack.pod.errors import PodError
+from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.identities import ChainEntry
 from clawstack.runs.backends.base import RunLabels, WorkerSpec
 from clawstack.runs.ledger import RunRecord
@@ -62,7 +68,10 @@ class RunDriver:
                 return
             try:
                 progressed = await self._step(record)
-            except ClawError as exc:  # a dependency is unavailable: say so and retry; never lose the run
+            except ClawError as exc:
+                if isinstance(exc, ProxyError) and not exc.retryable and self._refused(exc):
+                    continue
+                # A dependency is unavailable: say so and retry; never lose the run.
                 self.sup.save(record, pending=f"{exc.code}: retrying")
                 log.warning("run %s/%s: %s (%s); retrying", *self.key, exc.code, type(exc).__name__)
                 progressed = False
@@ -71,6 +80,15 @@ class RunDriver:
                 continue
             if progressed:
                 retry = RETRY_INITIAL_S
+
+    def _refused(self, exc: ProxyError) -> bool:
+        """The proxy refused the run's identity for good (a 4xx): end the run instead of retrying for ever."""
+        record = self.sup.record(self.key)
+        if record.state != "accepted":
+            return False
+        log.error("run %s/%s: refused before its worker started: %s", *self.key, exc.code)
+        self.sup.save(record, state="revoking", failure="spawn_error", failure_detail=exc.code, pending=None)
+        return True
 
     async def _sleep(self, delay_s: float) -> None:
         self.wake.clear()
@@ -102,21 +120,30 @@ class RunDriver:
             self.sup.save(record, state="revoking", failure="authority_expired")
             return True
         template = self.sup.template_for(record)
+        mismatch = await self._pin_mismatch(record, template)
+        if mismatch is not None:
+            log.error("run %s/%s: %s; the run ends as mismatch", *self.key, mismatch)
+            self.sup.save(record, state="revoking", failure="mismatch", failure_detail=mismatch)
+            return True
         proxy = self.sup.proxy
         await proxy.self_test()
-        secret = self._identity_secret(record)
+        secret = self.sup.files.identity_secret(record)
         ident = identity_id(record)
-        if record.run_agent_id is None:
-            self.sup.save(record, run_agent_id=ident)
-        expires = parse_timestamp(record.authority_expires_at) + timedelta(minutes=5)
-        await proxy.create_identity(
-            identity_id=ident,
-            secret=secret,
-            chain=[ChainEntry.from_dict(m) for m in record.models],
-            tools=record.tools,
-            expires_at=expires,
-            labels={"pod": self.sup.pod_name, "installation": record.installation, "run_id": record.run_id},
-        )
+        async with self.sup.identity_lock(self.key):  # a concurrent authority change waits, or is seen here
+            record = self.sup.record(self.key)
+            if record.run_agent_id is None:
+                self.sup.save(record, run_agent_id=ident)
+            wanted = self.sup.identity_expiry(parse_timestamp(record.authority_expires_at))
+            described = await proxy.create_identity(
+                identity_id=ident,
+                secret=secret,
+                chain=[ChainEntry.from_dict(m) for m in record.models],
+                tools=record.tools,
+                expires_at=wanted,
+                labels={"pod": self.sup.pod_name, "installation": record.installation, "run_id": record.run_id},
+            )
+            if described.get("expires_at") != format_timestamp(wanted):  # the authority moved since it was created
+                await proxy.set_expiry(ident, wanted)
         if record.capture_epoch_observed_at is None and not record.spawned:  # observed once, never rewritten
             epoch = await proxy.capture_epoch()
             observed: str | None = format_timestamp(self.sup.clock.now()) if epoch is not None else None
@@ -129,6 +156,8 @@ class RunDriver:
             model_unix_socket=WORKER_SOCKET,
             request_timeout_s=float(record.max_runtime_seconds),
         )
+        if self.sup.record(self.key).cancelled:  # a cancel came while the identity was made: start nothing
+            return True
         self.sup.save(record, spawned=True, capture_epoch=epoch, capture_epoch_observed_at=observed)
         try:
             await self.sup.backend.spawn(
@@ -141,36 +170,43 @@ class RunDriver:
                     pids=template["limits"]["pids"],
                     max_runtime_s=record.max_runtime_seconds,
                     max_output_bytes=template["limits"]["max_result_bytes"] + 4096,
+                    writer_lock_fd=self.sup.lock.fd,
                 )
             )
         except ClawError as exc:
             if exc.retryable:
                 raise  # spawning is idempotent: the driver tries again
             log.error("run %s/%s: the worker could not start: %s", *self.key, exc.code)
-            self.sup.save(record, state="revoking", failure="spawn_error")
+            self.sup.save(record, state="revoking", failure="spawn_error", failure_detail=exc.code)
             return True
         started = self.sup.clock.now()
         self.sup.save(
             record,
-            state="running",
+            state="running",  # ignored if a cancel made the run revoking meanwhile: states only move forward
             started_at=format_timestamp(started),
             deadline=format_timestamp(started + timedelta(seconds=record.max_runtime_seconds)),
             isolation=self.sup.backend.isolation,
             pending=None,
         )
-        self.sup.notify_started(record)
         return True
 
-    def _identity_secret(self, record: RunRecord) -> str:
-        path = self.sup.paths.runs / "secrets" / record.installation / f"{record.run_id}.identity"
+    async def _pin_mismatch(self, record: RunRecord, template: dict[str, Any]) -> str | None:
+        """Why the run may not start under its pins, or ``None``: "A run accepted under one chain is refused at
+        spawn if the template was recompiled with another"; the same holds for the local runner's code."""
         try:
-            return str(json.loads(read_private(path, max_bytes=4096))["secret"])
-        except (OSError, ClawError, ValueError, KeyError):
-            pass
-        ensure_private_dir(path.parent)
-        secret = new_secret(32)
-        write_private(path, json.dumps({"secret": secret}).encode())
-        return secret
+            current = self.sup.current_template(record.template)
+        except PodError as exc:
+            if exc.code != "template_unknown" and exc.code != "template_invalid":
+                raise
+            return f"the template is no longer compiled ({exc.code})"
+        if current["id"] != record.template_id:
+            return "the template was recompiled since the run was admitted"
+        runner = template.get("runner") or {}
+        if template.get("backend") == "local" and "digest" in runner:
+            installed = await asyncio.to_thread(installed_runner_digest, str(runner.get("type")))
+            if installed != runner["digest"]:
+                return "the installed runner code differs from the one the template pinned"
+        return None
 
     def _labels(self, record: RunRecord) -> RunLabels:
         return RunLabels(pod=self.sup.pod_name, installation=record.installation, run_id=record.run_id)
@@ -214,7 +250,7 @@ class RunDriver:
         fields: dict[str, Any] = {"exit_code": exit_code, "exited_at": format_timestamp(self.sup.clock.now())}
         if answer is not None:
             text, cut = answer
-            self.sup.store_result(record, text)
+            self.sup.files.store_result(record, text)
             fields.update(result_bytes=len(text), result_truncated=cut or truncated)
         self.sup.save(record, state="revoking", failure=failure, **fields)
 
@@ -228,16 +264,18 @@ class RunDriver:
             self.sup.save(record, pending="the worker is still being removed")
             await self._sleep(WATCH_INTERVAL_S)
             return False
-        if record.run_agent_id is not None:
-            await self.sup.proxy.revoke(record.run_agent_id)
+        ident = record.run_agent_id or identity_id(record)
+        if record.run_agent_id is None:
+            self.sup.save(record, run_agent_id=ident)  # the id is fenced even though no identity was created
+        await self.sup.proxy.revoke(ident)
         self.sup.save(record, state="revoked", revoked=True, revocation_proof="cllama_ack", pending=None)
+        self.sup.files.forget_identity_secret(record)
         return True
 
     def _finish(self, record: RunRecord) -> bool:
         succeeded = record.failure is None and (record.cancelled or record.result_bytes is not None)
         state = "stopped" if succeeded or record.cancelled else "failed"
         self.sup.save(record, state=state, ended_at=format_timestamp(self.sup.clock.now()))
-        self.sup.notify_ended(self.sup.record(self.key))
         return True
 
 

@@ -108,7 +108,7 @@ def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOU
 
     async def credential(request: web.Request) -> web.StreamResponse:
         m = request.match_info
-        return await _send(request, supervisor.credential(m["installation"], m["run_id"], await _body(request)))
+        return await _send(request, await supervisor.credential(m["installation"], m["run_id"], await _body(request)))
 
     async def result(request: web.Request) -> web.StreamResponse:
         m = request.match_info

@@ -4,45 +4,50 @@ and one :class:`~clawstack.runs.lifecycle.RunDriver` per unfinished run. Transpo
 
 Start-up order (the spec's): take the pod lock for the process's life, run the proxy's revocation self-test, refuse
 to serve while workers of this pod exist that the ledger does not know, reconcile every unfinished run (its driver
-resumes wherever the ledger says it was), then accept connections.
+resumes wherever the ledger says it was, and its callbacks resume too), then accept connections.
+
+Every answer is built from a record that is already on disk. A state only moves forward (:meth:`Supervisor.save`
+ignores a change to an earlier state), so a cancel answered as ``revoking`` is never undone by a driver step that
+was in flight when it came.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
 from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock, format_timestamp
-from clawstack.common.errors import ClawError
-from clawstack.common.files import ensure_private_dir, read_private, write_private
-from clawstack.pod.artifacts import PodPaths, existing_operator_token, list_templates, load_template
+from clawstack.pod.artifacts import PodPaths, list_templates, load_template, read_pod_manifest
 from clawstack.pod.errors import PodError
 from clawstack.pod.lock import PodLock
-from clawstack.proxy.client import ProxyOperatorClient
-from clawstack.proxy.identities import ChainEntry
+from clawstack.proxy.errors import ProxyError
 from clawstack.runs.admission import (
     Launch,
     check_grant,
     check_key,
+    check_supported,
     parse_body,
     parse_generation,
     parse_launch,
     parse_time,
 )
 from clawstack.runs.backends.base import Backend, RunLabels
-from clawstack.runs.callbacks import CallbackSender, CallbackTarget, end_body, run_body
+from clawstack.runs.callbacks import CallbackSender, CallbackTarget
+from clawstack.runs.delivery import CallbackDelivery, owes_callbacks
 from clawstack.runs.errors import RunsError
+from clawstack.runs.files import RunFiles
 from clawstack.runs.ledger import ORDER, Ledger, RunRecord
 from clawstack.runs.lifecycle import RunDriver
 from clawstack.runs.listing import parse_query, split_page
+from clawstack.runs.proxylink import IDENTITY_GRACE, ProxyLink, identity_expiry
+from clawstack.runs.status import run_status
 
 log = logging.getLogger(__name__)
 
@@ -53,49 +58,6 @@ WAIT_STATES: Final = ("running", "revoked", "stopped", "failed")
 
 class StartupError(RunsError):
     """The supervisor refuses to serve (self-test failed, orphaned workers, unsafe socket directory)."""
-
-
-class ProxyLink:
-    """The supervisor's connection to the pod's proxy, over its operator and worker Unix sockets."""
-
-    def __init__(self, paths: PodPaths) -> None:
-        self.paths = paths
-
-    def _client(self) -> ProxyOperatorClient:
-        token = existing_operator_token(self.paths)
-        if token is None:
-            raise RunsError("internal_error", "the pod's proxy configuration is missing; run claw up")
-        return ProxyOperatorClient(token=token, unix_socket=str(self.paths.operator_socket))
-
-    async def self_test(self) -> None:
-        async with self._client() as client:
-            await client.self_test(worker_unix_socket=str(self.paths.worker_socket))
-
-    async def create_identity(
-        self,
-        *,
-        identity_id: str,
-        secret: str,
-        chain: list[ChainEntry],
-        tools: list[str],
-        expires_at: datetime,
-        labels: Mapping[str, str],
-    ) -> None:
-        async with self._client() as client:
-            await client.create_identity(
-                identity_id=identity_id, secret=secret, chain=chain, tools=tools, expires_at=expires_at, labels=labels
-            )
-
-    async def revoke(self, identity_id: str) -> None:
-        async with self._client() as client:
-            result = await client.revoke(identity_id)
-        if result.get("revoked") is not True or result.get("tools") != []:
-            raise RunsError("internal_error", "the proxy did not acknowledge the revocation")
-
-    async def capture_epoch(self) -> int | None:
-        async with self._client() as client:
-            epoch = (await client.health()).get("capture_epoch")
-        return epoch if isinstance(epoch, int) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,27 +82,31 @@ class Supervisor:
         callback_path: str = "/runs/{installation}/{run_id}",
         heartbeat_s: float = 60.0,
         proxy: ProxyLink | None = None,
+        identity_grace: timedelta = IDENTITY_GRACE,
     ) -> None:
         self.paths = PodPaths(pod_dir.resolve())
         self.backend = backend
         self.clock: Clock = clock or SystemClock()
         self.callback_origin = callback_origin
-        self.callback_path = callback_path
-        self.heartbeat_s = heartbeat_s
         self.proxy = proxy or ProxyLink(self.paths)
+        self.identity_grace = identity_grace
         self.ledger = Ledger(self.paths.runs)
+        self.files = RunFiles(self.paths)
         self.lock = PodLock(self.paths.lock, holder="claw runs serve")
-        self.pod_name = self.paths.pod.name
+        self.pod_name = ""  # the pod's declared name (x-claw.pod), read from the compiled pod at start
         self._drivers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._driver_objects: dict[tuple[str, str], RunDriver] = {}
         self._changed: dict[tuple[str, str], asyncio.Event] = {}
+        self._identity_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._admission = asyncio.Lock()
-        self._admitted: dict[str, dict[str, Any]] = {}
         self._verified: dict[str, tuple[Any, dict[str, Any]]] = {}
-        self._callback_tasks: set[asyncio.Task[None]] = set()
-        self._heartbeats: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self.callbacks = (
-            CallbackSender(CallbackTarget(callback_origin, callback_path), clock=self.clock)
+        self.delivery = (
+            CallbackDelivery(
+                self,
+                CallbackSender(CallbackTarget(callback_origin, callback_path), clock=self.clock),
+                heartbeat_s=heartbeat_s,
+                clock=self.clock,
+            )
             if callback_origin is not None
             else None
         )
@@ -152,8 +118,13 @@ class Supervisor:
     # ---------------------------------------------------------------------------------------------- lifecycle
 
     async def start(self, *, remove_orphans: bool = False) -> None:
+        # Inheritable: a lifecycle subprocess in flight (a spawn) keeps writer authority if this process is killed.
         self.lock.acquire(inheritable=True)
         try:
+            try:
+                self.pod_name = read_pod_manifest(self.paths)["pod"]
+            except PodError as exc:
+                raise StartupError("internal_error", exc.message) from exc
             self.ledger.open()
             try:
                 await self.proxy.self_test()
@@ -169,11 +140,13 @@ class Supervisor:
                 )
             for orphan in orphans:
                 await self.backend.remove(orphan)
-            for record in self.ledger.unfinished():
-                self._drive(record.key)
-            if self.callbacks is not None:
-                for record in self.ledger.ended_with_end_callback_owed():
-                    self._background(self._end_callbacks(record.key))
+            unfinished = self.ledger.unfinished()
+            for record in unfinished:
+                self.drive(record.key)
+            if self.delivery is not None:
+                for record in [*unfinished, *self.ledger.ended_with_credential_held()]:
+                    if owes_callbacks(record):
+                        self.delivery.follow(record.key)
         except BaseException:
             # Best-effort release of what start-up took, then the original error.
             self.ledger.close()
@@ -185,18 +158,20 @@ class Supervisor:
         return [w for w in workers if self.ledger.get(w.installation, w.run_id) is None]
 
     async def stop(self) -> None:
-        """Stop every driver (runs resume from the ledger at the next start) and release the lock. Idempotent."""
-        tasks = list(self._drivers.values()) + list(self._callback_tasks)
+        """Stop every driver and callback follower (both resume from the ledger at the next start) and release
+        the lock. Idempotent."""
+        tasks = list(self._drivers.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._drivers.clear()
-        if self.callbacks is not None:
-            await self.callbacks.close()
+        if self.delivery is not None:
+            await self.delivery.close()
         self.ledger.close()
         self.lock.release()
 
-    def _drive(self, key: tuple[str, str]) -> None:
+    def drive(self, key: tuple[str, str]) -> None:
+        """Make sure the run has a driver, and wake it if it waits."""
         if key in self._drivers and not self._drivers[key].done():
             self._driver_objects[key].wake.set()
             return
@@ -222,8 +197,12 @@ class Supervisor:
         """Apply ``changes`` to the run's latest record and persist it; ``record`` is brought up to date too.
 
         Reading the latest record here (one synchronous step on the event loop) means a driver holding an older
-        copy can never undo a concurrent change such as a cancel."""
+        copy can never undo a concurrent change such as a cancel, and a ``state`` earlier than the recorded one
+        (or any change of a terminal state) is ignored: states only move forward."""
         latest = self.ledger.get(*record.key) or record
+        state = changes.get("state")
+        if state is not None and (latest.terminal or ORDER[state] < ORDER[latest.state]):
+            del changes["state"]
         for name, value in changes.items():
             setattr(latest, name, value)
         self.ledger.update(latest)
@@ -233,22 +212,30 @@ class Supervisor:
         if event is not None:
             event.set()
 
-    def _admitted_path(self, template_id: str) -> Path:
-        return self.paths.runs / "admitted" / f"{template_id.removeprefix('sha256:')}.json"
+    def change_event(self, key: tuple[str, str]) -> asyncio.Event:
+        """An event set at the run's next saved change (take it before looking at the record, then wait)."""
+        return self._changed.setdefault(key, asyncio.Event())
+
+    async def wait_for_change(self, key: tuple[str, str]) -> None:
+        await self.change_event(key).wait()
+
+    def identity_lock(self, key: tuple[str, str]) -> asyncio.Lock:
+        """Held while the run's identity is created or its expiry moved, so the two never cross."""
+        return self._identity_locks.setdefault(key, asyncio.Lock())
+
+    def identity_expiry(self, authority_expires_at: datetime) -> datetime:
+        """When the proxy itself ends a run's identity (see :func:`~clawstack.runs.proxylink.identity_expiry`)."""
+        return identity_expiry(authority_expires_at, self.clock.now(), self.identity_grace)
 
     def template_for(self, record: RunRecord) -> dict[str, Any]:
         """The template the run was admitted with (kept by its id, whatever was compiled since)."""
-        cached = self._admitted.get(record.template_id)
-        if cached is None:
-            cached = json.loads(read_private(self._admitted_path(record.template_id), max_bytes=4 * 1024 * 1024))
-            self._admitted[record.template_id] = cached
-        return cached
+        return self.files.template(record.template_id)
 
-    def _current_template(self, name: str) -> dict[str, Any]:
-        """The compiled template ``name``, verified; re-verified only when its files change."""
+    def current_template(self, name: str) -> dict[str, Any]:
+        """The compiled template ``name``, verified (a PodError otherwise); re-verified only when its files change."""
         files = (self.paths.templates / f"{name}.json", self.paths.contexts / f"{name}.json")
         try:
-            stamp = tuple((f.stat().st_mtime_ns, f.stat().st_size, f.stat().st_ino) for f in files)
+            stamp = tuple((st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino) for st in map(os.stat, files))
         except OSError:
             stamp = None
         cached = self._verified.get(name)
@@ -259,142 +246,32 @@ class Supervisor:
             self._verified[name] = (stamp, template)
         return template
 
-    def store_result(self, record: RunRecord, text: bytes) -> None:
-        path = self.paths.runs / "results" / record.installation / f"{record.run_id}.txt"
-        ensure_private_dir(path.parent)
-        write_private(path, text)
-
-    # ---------------------------------------------------------------------------------------------- callbacks
-
-    def _credential(self, record: RunRecord) -> str | None:
-        path = self.paths.runs / "secrets" / record.installation / f"{record.run_id}.credential"
-        try:
-            return read_private(path, max_bytes=8192).decode()
-        except (OSError, ClawError, UnicodeDecodeError):
-            return None
-
-    def _background(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._callback_tasks.add(task)
-        task.add_done_callback(self._callback_tasks.discard)
-
-    def notify_started(self, record: RunRecord) -> None:
-        """A worker was started: send ``start``, then heartbeats while the run is running."""
-        if self.callbacks is None or record.credential != "held" or record.callbacks.get("start") != "skipped":
-            return
-        self._background(self._start_callbacks(record.key))
-
-    async def _start_callbacks(self, key: tuple[str, str]) -> None:
-        await self._deliver(key, "start")
-        self._heartbeats[key] = asyncio.current_task()  # type: ignore[assignment]
-        try:
-            while True:
-                await self.clock.sleep(self.heartbeat_s)
-                record = self.record(key)
-                if record.state != "running":
-                    return
-                await self._deliver(key, "heartbeat")
-        finally:
-            self._heartbeats.pop(key, None)
-
-    async def _deliver(self, key: tuple[str, str], kind: str) -> None:
-        assert self.callbacks is not None
+    def end_authority(self, key: tuple[str, str]) -> None:
+        """The orchestrator answered a callback 401 or 403: its authority has ended, so tear the run down."""
         record = self.record(key)
-        credential = self._credential(record)
-        if credential is None:
-            self.save(record, credential="missing")
+        if record.terminal:
+            self.save(record, authority_ended=True)
             return
-        if kind == "end":
-            failure = record.failure
-            summary = b""
-            if record.result_bytes is not None:
-                summary = read_private(
-                    self.paths.runs / "results" / record.installation / f"{record.run_id}.txt",
-                    max_bytes=64 * 1024 * 1024,
-                )
-            body = end_body(
-                installation=record.installation,
-                run_id=record.run_id,
-                generation=record.generation,
-                outcome="failed" if failure else "succeeded",
-                reason=failure or "",
-                summary=summary.decode("utf-8", "replace"),
-                stored_result_truncated=record.result_truncated,
-            )
-        else:
-            body = run_body(installation=record.installation, run_id=record.run_id, generation=record.generation)
-        result = await self.callbacks.send(kind, credential, body)  # type: ignore[arg-type]
-        record = self.record(key)
-        if kind in ("start", "end"):
-            self.save(record, callbacks={**record.callbacks, kind: result.state})
-        if result.authority_ended and not record.terminal:
-            # A 401 or 403 means the orchestrator's authority has ended: tear the run down.
-            self.save(
-                record,
-                failure=record.failure or "authority_expired",
-                state="revoking" if record.state in ("accepted", "running") else record.state,
-            )
-            self._drive(key)
+        self.save(record, authority_ended=True, failure=record.failure or "authority_expired", state="revoking")
+        self.drive(key)
 
-    def notify_ended(self, record: RunRecord) -> None:
-        """The run is terminal: send ``end`` (never after a cancel), after ``start`` for a worker that ran."""
-        if self.callbacks is None or record.credential == "none" or record.cancelled:
-            return
-        self._background(self._end_callbacks(record.key))
-
-    async def _end_callbacks(self, key: tuple[str, str]) -> None:
-        heartbeat = self._heartbeats.get(key)
-        if heartbeat is not None:
-            heartbeat.cancel()
-        record = self.record(key)
-        if record.spawned and record.callbacks.get("start") == "skipped":
-            await self._deliver(key, "start")
-        await self._deliver(key, "end")
+    def _follow_callbacks(self, record: RunRecord) -> None:
+        if self.delivery is not None:
+            self.delivery.follow(record.key)
 
     # --------------------------------------------------------------------------------------------------- API
 
     def status(self, record: RunRecord) -> dict[str, Any]:
-        result = None
-        if record.result_bytes is not None:
-            result = {"bytes": record.result_bytes, "truncated": record.result_truncated}
-        body: dict[str, Any] = {
-            "installation": record.installation,
-            "run_id": record.run_id,
-            "generation": record.generation,
-            "state": record.state,
-            "cancelled": record.cancelled,
-            "spec_digest": record.spec_digest,
-            "template": record.template,
-            "template_id": record.template_id,
-            "models": record.models,
-            "run_agent_id": record.run_agent_id,
-            "revoked": record.revoked,
-            "revocation_proof": record.revocation_proof,
-            "exit_code": record.exit_code,
-            "failure": record.failure,
-            "result": result,
-            "credential": record.credential,
-            "callbacks": dict(record.callbacks),
-            "deadline": record.deadline,
-            "authority_expires_at": record.authority_expires_at,
-            "accepted_at": record.accepted_at,
-            "started_at": record.started_at,
-            "exited_at": record.exited_at,
-            "ended_at": record.ended_at,
-            "pending": record.pending,
-            "isolation": record.isolation,
-        }
-        if record.capture_epoch is not None:
-            body["capture_epoch"] = record.capture_epoch
-            body["capture_epoch_observed_at"] = record.capture_epoch_observed_at
-        return body
+        return run_status(record)
 
     async def launch(self, raw: bytes) -> Answer:
         launch = parse_launch(raw)
         async with self._admission:  # one admission at a time: concurrent identical launches make one run
-            return self._admit(launch)
+            answer, record = self._admit(launch)
+        self._follow_callbacks(record)
+        return answer
 
-    def _admit(self, launch: Launch) -> Answer:
+    def _admit(self, launch: Launch) -> tuple[Answer, RunRecord]:
         key = (launch.installation, launch.run_id)
         if self.ledger.tombstoned(*key) is not None:
             raise RunsError("cancelled", "the run was cancelled; a new attempt needs a new run_id")
@@ -410,16 +287,17 @@ class Supervisor:
                 raise RunsError("cancelled", "the run was cancelled; a new attempt needs a new run_id")
             changes: dict[str, Any] = {"generation": launch.generation}
             if launch.credential is not None:
-                self._store_credential(existing, launch.credential)
+                self.files.store_credential(existing, launch.credential)
                 changes["credential"] = "held"
             self.save(existing, **changes)
-            return Answer(200, self.status(existing))
+            return Answer(200, self.status(existing)), existing
         try:
-            template = self._current_template(launch.spec["template"])
+            template = self.current_template(launch.spec["template"])
         except PodError as exc:
             raise RunsError(
                 "template_unknown", f"the template {launch.spec['template'][:64]!r} is not compiled for this pod"
             ) from exc
+        check_supported(template)
         now = self.clock.now()
         tools, runtime = check_grant(launch, template, now)
         record = RunRecord(
@@ -436,23 +314,13 @@ class Supervisor:
             accepted_at=format_timestamp(now),
             max_runtime_seconds=runtime,
         )
-        admitted = self._admitted_path(template["id"])
-        if template["id"] not in self._admitted:  # the run keeps the template it was admitted with, by its id
-            ensure_private_dir(admitted.parent)
-            if not admitted.exists():
-                write_private(admitted, json.dumps(template).encode())
-            self._admitted[template["id"]] = template
+        self.files.keep_template(template)
         if launch.credential is not None:
-            self._store_credential(record, launch.credential)
+            self.files.store_credential(record, launch.credential)
             record.credential = "held"
         self.ledger.insert(record)
-        self._drive(key)
-        return Answer(202, self.status(record))
-
-    def _store_credential(self, record: RunRecord, credential: str) -> None:
-        path = self.paths.runs / "secrets" / record.installation / f"{record.run_id}.credential"
-        ensure_private_dir(path.parent)
-        write_private(path, credential.encode())
+        self.drive(key)
+        return Answer(202, self.status(record)), record
 
     async def get(self, installation: str, run_id: str, wait: str | None, timeout_s: float | None) -> Answer:
         check_key(installation, run_id)
@@ -474,8 +342,7 @@ class Supervisor:
         try:
             async with asyncio.timeout(limit):
                 while not reached(record):
-                    event = self._changed.setdefault(record.key, asyncio.Event())
-                    await event.wait()
+                    await self.wait_for_change(record.key)
                     record = self.record(record.key)
         except TimeoutError:
             record = self.record(record.key)
@@ -484,6 +351,7 @@ class Supervisor:
     async def cancel(
         self, installation: str, run_id: str, raw: bytes, wait: str | None, timeout_s: float | None
     ) -> Answer:
+        """Cancel durably: an ``accepted`` or ``running`` run is ``revoking`` on disk before this answers."""
         check_key(installation, run_id)
         generation = parse_generation(parse_body(raw, {"generation": (int, True)}))
         async with self._admission:
@@ -504,13 +372,15 @@ class Supervisor:
             if generation < record.generation:
                 raise RunsError("stale_generation", "the generation is below the one already recorded")
             if not record.cancelled and not record.terminal:
-                self.save(record, cancelled=True, generation=generation)
-                self._drive(record.key)
+                self.save(record, cancelled=True, generation=generation, state="revoking")
+                self.drive(record.key)
         if wait is not None:
             record = await self.wait_for(record, wait, timeout_s)
         return Answer(200, self.status(record))
 
-    def credential(self, installation: str, run_id: str, raw: bytes) -> Answer:
+    async def credential(self, installation: str, run_id: str, raw: bytes) -> Answer:
+        """Replace the held credential and optionally move the run's authority; both are on disk (the authority
+        at the proxy too, as the identity's expiry) before this answers."""
         check_key(installation, run_id)
         body = parse_body(
             raw, {"generation": (int, True), "credential": (str, True), "authority_expires_at": (str, False)}
@@ -518,28 +388,43 @@ class Supervisor:
         generation = parse_generation(body)
         if self.callback_origin is None:
             raise RunsError("callbacks_disabled", "a credential was sent but no callback origin is configured")
-        record = self.record((installation, run_id))
-        if generation < record.generation:
-            raise RunsError("stale_generation", "the generation is below the one already recorded")
-        changes: dict[str, Any] = {"credential": "held", "generation": generation}
-        if "authority_expires_at" in body:
-            expires = parse_time(body["authority_expires_at"], "authority_expires_at")
-            template = self.template_for(record)
-            accepted = self.clock.now()
-            if (expires - accepted).total_seconds() > template["limits"]["max_authority_seconds"]:
-                raise RunsError("grant_exceeded", "authority_expires_at is beyond the template's max-authority")
-            changes["authority_expires_at"] = format_timestamp(expires)
-        self._store_credential(record, body["credential"])  # persisted before the answer
-        self.save(record, **changes)
+        key = (installation, run_id)
+        async with self.identity_lock(key):
+            record = self.record(key)
+            if generation < record.generation:
+                raise RunsError("stale_generation", "the generation is below the one already recorded")
+            changes: dict[str, Any] = {"credential": "held", "generation": generation}
+            if "authority_expires_at" in body:
+                expires = parse_time(body["authority_expires_at"], "authority_expires_at")
+                template = self.template_for(record)
+                if (expires - self.clock.now()).total_seconds() > template["limits"]["max_authority_seconds"]:
+                    raise RunsError("grant_exceeded", "authority_expires_at is beyond the template's max-authority")
+                await self._move_identity_expiry(record, self.identity_expiry(expires))
+                changes["authority_expires_at"] = format_timestamp(expires)
+            self.files.store_credential(record, body["credential"])
+            self.save(record, **changes)
+        self.drive(key)  # the driver re-reads the authority it watches
+        self._follow_callbacks(record)
         return Answer(200, self.status(record))
+
+    async def _move_identity_expiry(self, record: RunRecord, expires_at: datetime) -> None:
+        if record.run_agent_id is None or record.state not in ("accepted", "running"):
+            return  # no identity yet (it is created from the ledger's authority), or it is being revoked
+        try:
+            await self.proxy.set_expiry(record.run_agent_id, expires_at)
+        except ProxyError as exc:
+            if exc.code in ("identity_unknown", "identity_revoked"):
+                return  # not created yet (a crash came between), or already fenced: the run is ending
+            if exc.retryable:
+                raise RunsError("proxy_unavailable", "the proxy cannot be reached; retry the call") from exc
+            raise RunsError("internal_error", f"the proxy refused the new authority ({exc.code})") from exc
 
     def result(self, installation: str, run_id: str) -> Answer:
         check_key(installation, run_id)
         record = self.record((installation, run_id))
         if record.result_bytes is None:
             raise RunsError("result_unavailable", "the run has no result")
-        path = self.paths.runs / "results" / installation / f"{run_id}.txt"
-        data = read_private(path, max_bytes=64 * 1024 * 1024)
+        data = self.files.read_result(record)
         return Answer(200, data, {"X-Claw-Result-Truncated": "true" if record.result_truncated else "false"})
 
     def templates(self) -> Answer:
@@ -581,4 +466,4 @@ class Supervisor:
         return Answer(200, {"runs": [self.status(record) for record in page], "next_cursor": cursor})
 
 
-__all__ = ["Answer", "ProxyLink", "StartupError", "Supervisor"]
+__all__ = ["Answer", "StartupError", "Supervisor"]

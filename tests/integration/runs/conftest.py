@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from clawstack.common.clock import SystemClock
 from clawstack.common.digest import spec_digest
 from clawstack.common.uds import AsyncUnixClient, UnixResponse
 from clawstack.llm.fake import FakeModelServer
-from clawstack.pod.artifacts import PodPaths
+from clawstack.pod.artifacts import PodPaths, read_pod_manifest
 from clawstack.pod.up import down, up
 from clawstack.runs.backends.local import LocalBackend
 from clawstack.runs.server import RunsServer
@@ -34,6 +34,7 @@ class RunsStack:
     server: RunsServer
     client: AsyncUnixClient
     socket_dir: Path
+    environ: dict[str, str] = field(default_factory=dict)  # what claw up interpolates (the fake's and tools' URLs)
 
     @property
     def supervisor(self) -> Supervisor:
@@ -58,10 +59,34 @@ class RunsStack:
         self.server = make_server(self.pod, self.socket_dir, **kwargs)
         await self.server.start()
 
+    async def recompile(self, edit: Callable[[str], str], **kwargs: Any) -> None:
+        """Drain-free recompile for tests: stop the supervisor, rewrite claw-pod.yml, claw up, start again."""
+        await self.server.stop()
+        pod_file = self.pod / "claw-pod.yml"
+        pod_file.write_text(edit(pod_file.read_text()))
+        await asyncio.to_thread(up, self.pod, detach=True, environ=self.environ)
+        self.server = make_server(self.pod, self.socket_dir, **kwargs)
+        await self.server.start()
+
+
+async def eventually(check: Callable[[], Any], *, timeout_s: float = 30.0, what: str = "the condition") -> Any:
+    """Poll ``check`` (sync, or async returning an awaitable) until it returns something truthy; return that."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                value = check()
+                if asyncio.iscoroutine(value):
+                    value = await value
+                if value:
+                    return value
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"{what} did not hold within {timeout_s:g} s") from None
+
 
 def make_server(pod: Path, socket_dir: Path, *, body_timeout_s: float = 10.0, **kwargs: Any) -> RunsServer:
     paths = PodPaths(pod.resolve())
-    backend = LocalBackend(paths.runs / "workers", pod=pod.name)
+    backend = LocalBackend(paths.runs / "workers", pod=read_pod_manifest(paths)["pod"])
     return RunsServer(Supervisor(pod, backend, **kwargs), socket_dir, body_timeout_s=body_timeout_s)
 
 
@@ -92,7 +117,7 @@ async def stack(short_dir: Path) -> AsyncIterator[RunsStack]:
         server = make_server(pod, socket_dir, callback_origin=None)
         await server.start()
         client = AsyncUnixClient(socket_dir / "runs.sock")
-        state = RunsStack(pod, fake, server, client, socket_dir)
+        state = RunsStack(pod, fake, server, client, socket_dir, environ)
         try:
             yield state
         finally:

@@ -18,7 +18,7 @@ from clawstack.common.uds import AsyncUnixClient
 from clawstack.pod.artifacts import PodPaths
 from clawstack.runs.backends.base import RunLabels
 
-from .conftest import RunsStack, make_server
+from .conftest import RunsStack, eventually, make_server
 
 
 async def wait_state(stack: RunsStack, run_id: str, state: str) -> dict[str, Any]:
@@ -102,7 +102,7 @@ async def test_cancel_while_running_removes_the_worker_and_revokes(stack: RunsSt
     assert answer["cancelled"] is True
     assert answer["revoked"] is True
     assert answer["result"] is None
-    labels = RunLabels(pod=stack.pod.name, installation="acme", run_id="c1")
+    labels = RunLabels(pod=stack.supervisor.pod_name, installation="acme", run_id="c1")
     assert (await stack.supervisor.backend.inspect(labels)).running is False
     again = (await stack.call("POST", "/v1/runs/acme/c1/cancel", {"generation": 1})).json()
     assert again["state"] == "stopped"  # idempotent
@@ -284,3 +284,50 @@ async def test_credential_replacement_and_a_lost_credential(stack: RunsStack) ->
         assert unknown.status == 404
     finally:
         await runner.cleanup()
+
+
+async def test_a_restarted_supervisor_keeps_a_running_runs_heartbeats_going(stack: RunsStack) -> None:
+    orchestrator = Orchestrator()
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=0.2)
+        body = {**stack.launch_body("beats", "@fake reply: beat\n@fake delay-ms: 4000"), "credential": "hb"}
+        await stack.call("POST", "/v1/runs", body)
+        await wait_state(stack, "beats", "running")
+        await eventually(lambda: any(path.endswith("/heartbeat") for path, _, _ in orchestrator.calls))
+        await stack.restart(callback_origin=origin, heartbeat_s=0.2)
+        before = len(orchestrator.calls)
+        await wait_state(stack, "beats", "stopped")
+        await eventually(lambda: orchestrator.calls and orchestrator.calls[-1][0].endswith("/end"))
+        after = [path.rsplit("/", 1)[1] for path, _, _ in orchestrator.calls[before:]]
+        assert after.count("heartbeat") >= 2, after  # the new supervisor's heartbeats
+        assert after[-1] == "end"
+        assert after.count("start") == 0  # start was acked before the restart: it is not sent again
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_start_never_acknowledged_is_delivered_after_a_restart_before_the_end(stack: RunsStack) -> None:
+    orchestrator = Orchestrator(status=503)  # every callback is retried with backoff, none resolved
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=3600)
+        body = {**stack.launch_body("unacked", "@fake reply: done\n@fake delay-ms: 1500"), "credential": "tok"}
+        await stack.call("POST", "/v1/runs", body)
+        await wait_state(stack, "unacked", "running")
+        await eventually(lambda: orchestrator.calls)
+        await stack.server.stop()  # the start is still being retried: it stays unresolved in the ledger
+        orchestrator.status = 200
+        orchestrator.calls.clear()
+        await stack.restart(callback_origin=origin, heartbeat_s=3600)
+        final = await wait_state(stack, "unacked", "stopped")
+        await eventually(lambda: end_acked(stack, "unacked"))
+        kinds = [path.rsplit("/", 1)[1] for path, _, _ in orchestrator.calls]
+        assert kinds == ["start", "end"], kinds
+        assert final["state"] == "stopped"
+    finally:
+        await runner.cleanup()
+
+
+async def end_acked(stack: RunsStack, run_id: str) -> bool:
+    return (await stack.call("GET", f"/v1/runs/acme/{run_id}")).json()["callbacks"]["end"] == "acked"  # type: ignore[no-any-return]

@@ -52,9 +52,13 @@ async def test_down_cancels_and_revokes_unfinished_runs(stack: RunsStack) -> Non
 
 
 async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(stack: RunsStack) -> None:
-    await stack.call("POST", "/v1/runs", stack.launch_body("orphaned", "@fake reply: x\n@fake delay-ms: 60000"))
+    await stack.restart(callback_origin="http://127.0.0.1:9")
+    body = {**stack.launch_body("orphaned", "@fake reply: x\n@fake delay-ms: 60000"), "credential": "orchestrator-tok"}
+    await stack.call("POST", "/v1/runs", body)
     await stack.call("GET", "/v1/runs/acme/orphaned?wait=running&timeout=60s")
     await stack.server.stop()
+    secrets = PodPaths(stack.pod.resolve()).runs / "secrets" / "acme"
+    assert sorted(p.name for p in secrets.iterdir()) == ["orphaned.credential", "orphaned.identity"]
     proxy = LocalProxy(PodPaths(stack.pod.resolve())).running()
     assert proxy is not None
     os.kill(proxy.pid, signal.SIGKILL)  # the proxy can no longer acknowledge anything
@@ -65,6 +69,7 @@ async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(st
     assert final.state == "stopped"  # type: ignore[attr-defined]
     assert final.revoked is True  # type: ignore[attr-defined]
     assert final.revocation_proof == "proxy_stopped"  # type: ignore[attr-defined]
+    assert list(secrets.iterdir()) == []  # the run's token and credential are gone with the pod
 
 
 async def test_orphans_block_serving_and_doctor_removes_them(stack: RunsStack) -> None:
@@ -82,7 +87,7 @@ async def test_orphans_block_serving_and_doctor_removes_them(stack: RunsStack) -
     )
     await backend.spawn(
         WorkerSpec(
-            labels=RunLabels(pod=stack.pod.name, installation="acme", run_id="stray"),
+            labels=RunLabels(pod=stack.supervisor.pod_name, installation="acme", run_id="stray"),
             task="@fake reply: stray\n@fake delay-ms: 60000",
             config=config.to_json().encode(),
             proxy_socket=paths.worker_socket,

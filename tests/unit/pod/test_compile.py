@@ -115,7 +115,7 @@ def test_pinned_identity_of_the_base_pod(tmp_path: Path) -> None:
             "regions": [],
             "training": "provider_default",
             "retention": "provider_default",
-            "local_retention": "none",
+            "local_retention": "metadata",  # the proxy's audit.jsonl keeps call metadata in every pod
             "attested_providers": [],
         },
         "context_digest": document["context_digest"],
@@ -133,6 +133,7 @@ def test_pinned_identity_of_the_base_pod(tmp_path: Path) -> None:
         },
         "upstreams": {"local": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": None}},
         "credentials": ["TICKET_API_TOKEN"],
+        "journal": False,
     }
     assert document["runner"]["image"] == "clawstack/oneshot"
     assert document["runner"]["type"] == "oneshot"

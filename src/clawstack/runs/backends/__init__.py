@@ -1,6 +1,6 @@
 """Where workers run. The supervisor sees every backend through :class:`Backend` (``base``): spawn one worker
-for a run, inspect it, remove it, list them all. ``local`` is the embedded default, a bubblewrap sandbox per
-worker owned by a detached monitor; a Docker Compose backend lives beside it.
+for a run, inspect it, remove it, list them all. ``local`` is the embedded default and, today, the only backend:
+a bubblewrap sandbox per worker owned by a detached monitor. (The Docker Compose backend is not built yet.)
 """
 
 from clawstack.runs.backends.base import Backend, Isolation, RunLabels, WorkerSpec, WorkerState

@@ -36,6 +36,9 @@ class WorkerSpec:
     pids: int
     max_runtime_s: int
     max_output_bytes: int  # stdout beyond this is discarded and the capture marked truncated
+    writer_lock_fd: int | None = None
+    """The pod lock's descriptor: the spawn holds it until the worker has started or failed, so that a killed
+    supervisor's in-flight spawn keeps writer authority (``claw up`` refuses) until it is done."""
 
 
 @dataclass(frozen=True, slots=True)

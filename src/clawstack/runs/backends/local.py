@@ -6,7 +6,8 @@ in the run's state directory, ``<state_dir>/<installation>/<run_id>/`` (0700), w
 the same way:
 
 * ``lock``: taken (``flock``) by ``spawn`` and ``remove``, and handed by ``spawn`` to the monitor until the
-  worker has started or failed, so that no two workers ever exist for one run, whichever process asks;
+  worker has started or failed, so that no two workers ever exist for one run, whichever process asks (the pod
+  lock's descriptor, when the spawn was given it, is held by the monitor for exactly as long);
 * ``monitor.json``: the monitor's pid and start time (and the sandbox's), its cgroups, the isolation used;
 * ``stdout`` (bounded by ``max_output_bytes``; ``stdout.truncated`` once more was discarded), ``stderr.log``
   (bounded), ``monitor.log``, and ``exit.json`` once the worker has ended. All files 0600.
@@ -283,7 +284,7 @@ class LocalBackend:
             if (run_dir / MONITOR_RECORD).exists() or (run_dir / EXIT_RECORD).exists():
                 return
             plan, config = self._plan(spec, run_dir)
-            self._start_monitor(run_dir, lock, plan, spec.task, config)
+            self._start_monitor(run_dir, lock, plan, spec.task, config, spec.writer_lock_fd)
         finally:
             os.close(lock)
 
@@ -370,7 +371,9 @@ class LocalBackend:
             config = dataclasses.replace(config, model_unix_socket=str(spec.proxy_socket))
         return config.to_json().encode()
 
-    def _start_monitor(self, run_dir: Path, lock: int, plan: LaunchPlan, task: str, config: bytes) -> None:
+    def _start_monitor(
+        self, run_dir: Path, lock: int, plan: LaunchPlan, task: str, config: bytes, writer_lock: int | None
+    ) -> None:
         launch = os.memfd_create("claw-launch", os.MFD_CLOEXEC)
         ready_r, ready_w = os.pipe()
         try:
@@ -378,9 +381,10 @@ class LocalBackend:
             os.lseek(launch, 0, os.SEEK_SET)
             log = os.open(run_dir / MONITOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             try:
+                held = (launch, ready_w, lock) + (() if writer_lock is None else (writer_lock,))
                 launcher = subprocess.Popen(  # noqa: S603 - our own interpreter and module, no shell
-                    [sys.executable, "-P", _MONITOR_SCRIPT, *_fd_args(launch, ready_w, lock)],
-                    pass_fds=(launch, ready_w, lock),
+                    [sys.executable, "-P", _MONITOR_SCRIPT, *_fd_args(launch, ready_w, lock, writer_lock)],
+                    pass_fds=held,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -539,8 +543,9 @@ class LocalBackend:
         return found
 
 
-def _fd_args(launch: int, ready: int, lock: int) -> list[str]:
-    return ["--launch-fd", str(launch), "--ready-fd", str(ready), "--lock-fd", str(lock)]
+def _fd_args(launch: int, ready: int, lock: int, writer_lock: int | None) -> list[str]:
+    args = ["--launch-fd", str(launch), "--ready-fd", str(ready), "--lock-fd", str(lock)]
+    return args if writer_lock is None else [*args, "--writer-lock-fd", str(writer_lock)]
 
 
 def _monitor_env() -> dict[str, str]:

@@ -846,24 +846,28 @@ def encode_launch(plan: LaunchPlan, task: str, config: bytes) -> bytes:
 
 
 @contextlib.contextmanager
-def _closing(fd: int) -> Iterator[int]:
+def _closing(fd: int | None) -> Iterator[int | None]:
     try:
         yield fd
     finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -P monitor.py --launch-fd N --ready-fd N --lock-fd N``: the fds are inherited from the spawner."""
+    """``python -P monitor.py --launch-fd N --ready-fd N --lock-fd N [--writer-lock-fd N]``: the fds are inherited
+    from the spawner. The run's lock and the pod lock (``--writer-lock-fd``) are held until the worker has started
+    or failed: a spawn in flight keeps writer authority even if the supervisor that asked for it was killed."""
     args = list(sys.argv[1:] if argv is None else argv)
     fds = {name: int(value) for name, value in zip(args[::2], args[1::2], strict=True)}
     launch_fd, ready_fd, lock_fd = fds["--launch-fd"], fds["--ready-fd"], fds["--lock-fd"]
+    writer_lock_fd = fds.get("--writer-lock-fd")
     # Detach: the spawner waits only for this first process; init adopts the second, which outlives the spawner.
     if os.fork() > 0:
         os._exit(0)
     os.setsid()
-    with _closing(lock_fd):
+    with _closing(lock_fd), _closing(writer_lock_fd):
         try:
             plan, task, config = _read_launch(launch_fd)
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -1,0 +1,50 @@
+"""The status object of a run, as ``GET /v1/runs/{installation}/{run_id}`` (and each entry of ``GET /v1/runs``)
+returns it. It never carries the task text or a credential."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clawstack.runs.ledger import RunRecord
+
+
+def run_status(record: RunRecord) -> dict[str, Any]:
+    """The spec's status fields of ``record``; ``capture_epoch`` and its time only when an epoch was observed."""
+    result = None
+    if record.result_bytes is not None:
+        result = {"bytes": record.result_bytes, "truncated": record.result_truncated}
+    body: dict[str, Any] = {
+        "installation": record.installation,
+        "run_id": record.run_id,
+        "generation": record.generation,
+        "state": record.state,
+        "cancelled": record.cancelled,
+        "spec_digest": record.spec_digest,
+        "template": record.template,
+        "template_id": record.template_id,
+        "models": record.models,
+        "run_agent_id": record.run_agent_id,
+        "revoked": record.revoked,
+        "revocation_proof": record.revocation_proof,
+        "exit_code": record.exit_code,
+        "failure": record.failure,
+        "failure_detail": record.failure_detail,
+        "result": result,
+        "credential": record.credential,
+        "callbacks": dict(record.callbacks),
+        "deadline": record.deadline,
+        "authority_expires_at": record.authority_expires_at,
+        "accepted_at": record.accepted_at,
+        "started_at": record.started_at,
+        "exited_at": record.exited_at,
+        "ended_at": record.ended_at,
+        "pending": record.pending,
+        "isolation": record.isolation,
+    }
+    if record.capture_epoch is not None:
+        body["capture_epoch"] = record.capture_epoch
+        body["capture_epoch_observed_at"] = record.capture_epoch_observed_at
+    return body
+
+
+__all__ = ["run_status"]

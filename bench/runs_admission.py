@@ -96,7 +96,7 @@ async def main() -> None:
             for index, label in enumerate(rates):
                 supervisor = Supervisor(pod, InstantBackend())
                 if label == "admission only":
-                    supervisor._drive = lambda key: None  # type: ignore[method-assign]  # admission alone
+                    supervisor.drive = lambda key: None  # type: ignore[method-assign]  # admission alone
                 server = RunsServer(supervisor, sock)
                 await server.start()
                 async with AsyncUnixClient(sock / "runs.sock") as client:

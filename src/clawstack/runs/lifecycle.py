@@ -85,7 +85,7 @@ class RunDriver:
         """The proxy refused the run's identity for good (a 4xx): end the run instead of retrying for ever."""
         record = self.sup.record(self.key)
         if record.state != "accepted":
-            return False
+            return True  # the run moved on meanwhile (a cancel): its next step is revocation
         log.error("run %s/%s: refused before its worker started: %s", *self.key, exc.code)
         self.sup.save(record, state="revoking", failure="spawn_error", failure_detail=exc.code, pending=None)
         return True

@@ -182,6 +182,12 @@ class Supervisor:
         task.add_done_callback(lambda t: self._driver_done(key, t))
 
     def _driver_done(self, key: tuple[str, str], task: asyncio.Task[None]) -> None:
+        if self._drivers.get(key) is task:  # forget a finished run's driver (a new one is made if ever needed)
+            del self._drivers[key]
+            self._driver_objects.pop(key, None)
+            lock = self._identity_locks.get(key)
+            if lock is not None and not lock.locked():
+                del self._identity_locks[key]
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s/%s: driver failed", *key, exc_info=task.exception())
 

@@ -19,10 +19,10 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import secrets_equal
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 OPERATOR_MAX_BODY = 64 * 1024
 BODY_READ_TIMEOUT_S = 10.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def _envelope(error: ProxyError) -> web.Response:
@@ -70,6 +71,15 @@ async def _read_json(request: web.Request, *, max_bytes: int) -> Any:
     except StrictJSONError as exc:
         status = 413 if exc.code == "json_too_large" else 400
         raise RequestError(f"invalid JSON body: {exc.message}", code=exc.code, status=status) from exc
+
+
+async def _read_model(request: web.Request, model: type[Body]) -> Body:
+    """An operator request body, strictly: unknown fields and wrong types are ``invalid_request``."""
+    body = await _read_json(request, max_bytes=OPERATOR_MAX_BODY)
+    try:
+        return model.model_validate_json(json.dumps(body))
+    except ValidationError as exc:
+        raise RequestError(validation_message(exc), code="invalid_request") from exc
 
 
 class ProxyServer:
@@ -173,20 +183,12 @@ class ProxyServer:
         return await handler(request)
 
     async def _create(self, request: web.Request) -> web.Response:
-        body = await _read_json(request, max_bytes=OPERATOR_MAX_BODY)
-        try:
-            create = CreateIdentityRequest.model_validate_json(json.dumps(body))
-        except ValidationError as exc:
-            raise RequestError(validation_message(exc), code="invalid_request") from exc
+        create = await _read_model(request, CreateIdentityRequest)
         identity, created = await self.service.create_identity(create)
         return web.json_response(self.service.describe(identity), status=201 if created else 200)
 
     async def _expiry(self, request: web.Request) -> web.Response:
-        body = await _read_json(request, max_bytes=OPERATOR_MAX_BODY)
-        try:
-            change = ExpiryRequest.model_validate_json(json.dumps(body))
-        except ValidationError as exc:
-            raise RequestError(validation_message(exc), code="invalid_request") from exc
+        change = await _read_model(request, ExpiryRequest)
         identity = await self.service.set_expiry(request.match_info["id"], change)
         return web.json_response(self.service.describe(identity))
 

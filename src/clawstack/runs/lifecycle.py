@@ -122,7 +122,7 @@ class RunDriver:
         template = self.sup.template_for(record)
         mismatch = await self._pin_mismatch(record, template)
         if mismatch is not None:
-            log.error("run %s/%s: %s; the run ends as mismatch", *self.key, mismatch)
+            log.error("run %s/%s: its pins no longer hold (%s); the run ends as mismatch", *self.key, mismatch)
             self.sup.save(record, state="revoking", failure="mismatch", failure_detail=mismatch)
             return True
         proxy = self.sup.proxy
@@ -191,21 +191,23 @@ class RunDriver:
         return True
 
     async def _pin_mismatch(self, record: RunRecord, template: dict[str, Any]) -> str | None:
-        """Why the run may not start under its pins, or ``None``: "A run accepted under one chain is refused at
-        spawn if the template was recompiled with another"; the same holds for the local runner's code."""
+        """Why the run may not start under its pins (a code for ``failure_detail``), or ``None``: "A run accepted
+        under one chain is refused at spawn if the template was recompiled with another"; the same holds for the
+        local runner's code. ``template_recompiled``, ``template_unknown``/``template_invalid`` (no longer
+        compiled, or no longer verifying) or ``runner_changed``."""
         try:
             current = self.sup.current_template(record.template)
         except PodError as exc:
-            if exc.code != "template_unknown" and exc.code != "template_invalid":
+            if exc.code not in ("template_unknown", "template_invalid"):
                 raise
-            return f"the template is no longer compiled ({exc.code})"
+            return exc.code
         if current["id"] != record.template_id:
-            return "the template was recompiled since the run was admitted"
+            return "template_recompiled"
         runner = template.get("runner") or {}
         if template.get("backend") == "local" and "digest" in runner:
             installed = await asyncio.to_thread(installed_runner_digest, str(runner.get("type")))
             if installed != runner["digest"]:
-                return "the installed runner code differs from the one the template pinned"
+                return "runner_changed"
         return None
 
     def _labels(self, record: RunRecord) -> RunLabels:

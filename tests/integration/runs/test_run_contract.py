@@ -220,7 +220,7 @@ async def test_a_run_accepted_under_one_chain_fails_mismatch_at_spawn_after_a_re
     admitted = (await stack.call("POST", "/v1/runs", body)).json()
     await stack.recompile(lambda text: text.replace("primary: local/clawstack-fake", "primary: local/another-model"))
     final = await status(stack, "pinned", "failed")
-    assert (final["state"], final["failure"]) == ("failed", "mismatch"), final
+    assert (final["state"], final["failure"], final["failure_detail"]) == ("failed", "mismatch", "template_recompiled")
     assert final["started_at"] is None
     assert final["revocation_proof"] == "cllama_ack"
     # A repeat of the admitted launch returns the run unchanged, whatever was compiled since.
@@ -235,7 +235,7 @@ async def test_a_runner_whose_installed_code_changed_fails_mismatch(
     monkeypatch.setattr(lifecycle, "installed_runner_digest", lambda runner_type: "sha256:" + "0" * 64)
     await stack.call("POST", "/v1/runs", stack.launch_body("stale-code", "@fake reply: never"))
     final = await status(stack, "stale-code", "failed")
-    assert (final["failure"], final["started_at"]) == ("mismatch", None), final
+    assert (final["failure"], final["failure_detail"], final["started_at"]) == ("mismatch", "runner_changed", None)
 
 
 # ----------------------------------------------------------------------------------------------------- pod

@@ -21,9 +21,11 @@ import errno
 import json
 import logging
 import os
+import select
 import socket
 import stat
 import struct
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,12 +291,28 @@ def _check_server_peer(sock: Any, server_uid: int) -> None:
         raise PeerCredentialError(f"server runs as uid {creds.uid}, expected uid {server_uid}")
 
 
+def _server_hung_up(sock: Any) -> bool:
+    """Whether an idle kept-alive connection is unusable: its server closed it or sent bytes nobody asked for.
+
+    The kernel knows at once when the server's end is closed; the event loop learns it only on a later iteration,
+    so a request made meanwhile would be written into a dead connection.
+    """
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)  # POLLHUP and POLLERR are always reported
+    return bool(poller.poll(0))
+
+
 class _PeerCheckedUnixConnector(aiohttp.UnixConnector):
-    """Checks the server's peer UID each time a connection is taken, new or pooled, before a request is sent."""
+    """Checks the server's peer UID each time a connection is taken, new or pooled, before a request is sent.
+
+    A pooled connection the server has hung up on is closed and the next one taken (a new one, once the pool is
+    empty), before any byte of the request is written on it.
+    """
 
     def __init__(self, path: str, server_uid: int) -> None:
         super().__init__(path=path)
         self._server_uid = server_uid
+        self._handed_out: weakref.WeakSet[object] = weakref.WeakSet()  # protocols that carried a request
 
     async def connect(
         self,
@@ -302,14 +320,22 @@ class _PeerCheckedUnixConnector(aiohttp.UnixConnector):
         traces: list[Any],
         timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
     ) -> Connection:
-        connection = await super().connect(req, traces, timeout)
-        transport = connection.transport
-        try:
-            _check_server_peer(transport.get_extra_info("socket") if transport is not None else None, self._server_uid)
-        except PeerCredentialError:
-            connection.close()
-            raise
-        return connection
+        while True:
+            connection = await super().connect(req, traces, timeout)
+            transport, protocol = connection.transport, connection.protocol
+            sock = transport.get_extra_info("socket") if transport is not None else None
+            # Each pass either returns or closes one pooled connection, so the pool runs out and a new one is made.
+            if protocol in self._handed_out and (sock is None or _server_hung_up(sock)):
+                connection.close()
+                continue
+            if protocol is not None:
+                self._handed_out.add(protocol)
+            try:
+                _check_server_peer(sock, self._server_uid)
+            except PeerCredentialError:
+                connection.close()
+                raise
+            return connection
 
 
 class UnixSocketTransport(httpx.BaseTransport):
@@ -366,6 +392,20 @@ class AsyncUnixClient:
     """An :mod:`aiohttp` client for a Unix-socket server whose directory and peer UID are verified.
 
     Every request re-checks the directory before it is sent, and the server's UID on the connection it is sent on.
+
+    Connections are kept alive and reused. When the server goes away (killed, restarted, or it closed an idle
+    connection):
+
+    * A pooled connection the server has hung up on is found out before any byte of a request is written on it,
+      and the request goes on a live pooled connection or a new one. Nothing was sent, so this holds for every
+      method.
+    * A request that fails after it was written, before an answer arrived, is sent once more on another
+      connection only if its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE; aiohttp's rule, after
+      RFC 9110 section 9.2.2). A POST or PATCH is not sent again: the server may have read it and acted before
+      the connection ended, and the client cannot tell that from a server that never read it (a write into a
+      Unix socket succeeds once the bytes are in the server's queue). It fails with ``socket_unavailable``
+      (retryable); a caller whose request is idempotent, such as a run launch repeated with the same body,
+      retries it.
     """
 
     def __init__(

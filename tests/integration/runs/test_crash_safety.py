@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from clawstack.common.uds import AsyncUnixClient
+from clawstack.common.uds import AsyncUnixClient, SocketUnavailableError, UnixResponse
 from clawstack.pod.artifacts import PodPaths, existing_operator_token
 from clawstack.proxy.client import ProxyOperatorClient
 
@@ -40,6 +41,19 @@ def kill(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
+async def launch(client: AsyncUnixClient, body: dict[str, Any]) -> UnixResponse:
+    """``POST /v1/runs`` until a supervisor answers, as an orchestrator does: a launch torn by a kill, or sent
+    while no supervisor listens, is sent again with the same body (a launch is idempotent)."""
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                return await client.request("POST", "/v1/runs", json_body=body)
+            except SocketUnavailableError as exc:
+                if exc.code != "socket_unavailable":
+                    raise
+            await asyncio.sleep(0.05)
+
+
 async def test_repeated_sigkill_never_duplicates_a_worker_or_loses_a_run(stack: RunsStack) -> None:
     await stack.server.stop()
     rng = random.Random(7)
@@ -52,19 +66,22 @@ async def test_repeated_sigkill_never_duplicates_a_worker_or_loses_a_run(stack: 
     try:
         pending = list(bodies)
         for _ in range(KILLS):
-            # Launch some runs (the kill may land during admission), then kill at a random moment.
+            # Launch some runs (the kill may land during admission), then kill at a random moment. A launch the
+            # kill tears is sent again until the restarted supervisor answers it. Kill and restart run in a thread:
+            # the fake model the workers call is served by this event loop.
             batch, pending = pending[:2], pending[2:]
-            launches = [asyncio.create_task(client.request("POST", "/v1/runs", json_body=b)) for b in batch]
+            launches = [asyncio.create_task(launch(client, body)) for body in batch]
             await asyncio.sleep(rng.uniform(0.01, 0.4))
-            kill(proc)
-            await asyncio.gather(*launches, return_exceptions=True)
-            proc = serve(stack.pod, stack.socket_dir)
-            # A launch that may not have been admitted is retried with the same spec: idempotent.
+            await asyncio.to_thread(kill, proc)
+            proc = await asyncio.to_thread(serve, stack.pod, stack.socket_dir)
+            for answer in await asyncio.gather(*launches):
+                assert answer.status in (200, 202), answer.body
+            # Launching an admitted run again with the same spec answers it and starts no second worker.
             for body in batch:
-                again = await client.request("POST", "/v1/runs", json_body=body)
+                again = await launch(client, body)
                 assert again.status in (200, 202), again.body
         for body in pending:
-            await client.request("POST", "/v1/runs", json_body=body)
+            assert (await launch(client, body)).status in (200, 202)
         statuses = []
         for i in range(RUNS):
             answer = await client.request("GET", f"/v1/runs/acme/chaos-{i}?wait=stopped&timeout=60s", timeout_s=90)

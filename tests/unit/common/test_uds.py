@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -274,6 +275,83 @@ async def test_client_reads_a_large_answer_whole(short_dir: Path) -> None:
     async with UnixSocketServer(app, path), AsyncUnixClient(path) as client:
         resp = await client.request("GET", "/big")
         assert resp.body == body
+
+
+# A server in its own process, so that SIGKILL closes its end of every connection at once, as a crash would.
+_COUNTING_SERVER = """
+import asyncio, os, sys
+from aiohttp import web
+from clawstack.common.uds import UnixSocketServer
+
+async def main():
+    async def answer(request):
+        return web.json_response({"pid": os.getpid(), "body": await request.json()})
+    app = web.Application()
+    app.router.add_post("/echo", answer)
+    async with UnixSocketServer(app, sys.argv[1]):
+        print("listening", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def start_server_process(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _COUNTING_SERVER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "listening\n"
+    return proc
+
+
+def kill_server_process(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait(10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+async def test_a_pooled_connection_to_a_killed_server_is_not_written_to(short_dir: Path) -> None:
+    path = sock_dir_in(short_dir) / "api.sock"
+    first = start_server_process(path)
+    try:
+        async with AsyncUnixClient(path) as client:
+            assert (await client.request("POST", "/echo", json_body=1)).json()["pid"] == first.pid
+            # Kill and restart without yielding to the event loop: the loop has not yet read the hang-up of the
+            # pooled connection, as on a busy machine. A POST written into it would fail with a broken pipe.
+            kill_server_process(first)
+            first = start_server_process(path)
+            answer = await client.request("POST", "/echo", json_body=2)
+            assert answer.json() == {"pid": first.pid, "body": 2}
+    finally:
+        kill_server_process(first)
+
+
+async def test_a_request_the_server_read_before_the_connection_ended_is_sent_again_only_if_idempotent(
+    short_dir: Path,
+) -> None:
+    received: list[str] = []
+
+    async def drop(request: web.Request) -> web.Response:
+        received.append(request.method)
+        assert request.transport is not None
+        request.transport.abort()  # read, maybe acted on, never answered: as a server killed mid-request
+        return web.Response()
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_route("*", "/drop", drop)
+    app.router.add_get("/ok", ok)
+    path = sock_dir_in(short_dir) / "api.sock"
+    async with UnixSocketServer(app, path), AsyncUnixClient(path) as client:
+        for method in ("POST", "GET"):
+            await client.request("GET", "/ok")  # the next request goes on this pooled connection
+            with pytest.raises(SocketUnavailableError) as info:
+                await client.request(method, "/drop", json_body={"n": 1})
+            assert info.value.code == "socket_unavailable"
+            assert info.value.retryable is True
+    assert received == ["POST", "GET", "GET"]
 
 
 def test_httpx_is_the_sync_transport() -> None:

@@ -89,7 +89,9 @@ async def test_repeated_sigkill_never_duplicates_a_worker_or_loses_a_run(stack: 
     finally:
         await client.close()
         kill(proc)
-    assert [s["state"] for s in statuses] == ["stopped"] * RUNS, statuses
+    assert [s["state"] for s in statuses] == ["stopped"] * RUNS, [
+        (s["run_id"], s["state"], s["failure"], s["failure_detail"], s["pending"]) for s in statuses
+    ]
     assert all(s["revoked"] and s["revocation_proof"] == "cllama_ack" for s in statuses)
     # One worker per run: the fake model saw exactly one chat request per run.
     chat = [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]

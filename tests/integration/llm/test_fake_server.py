@@ -3,6 +3,7 @@ request validation, the request log, the API key, the wire format, and its lifec
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 
 from clawstack.llm import FakeScriptError
-from clawstack.llm.fake import FakeModelServer, ServerState
+from clawstack.llm.fake import FakeModelServer, ServerState, parse_script
 
 
 @pytest.fixture
@@ -125,6 +126,30 @@ async def test_rate_limit_sends_retry_after(fake: FakeModelServer, http: aiohttp
     async with http.post(f"{fake.base_url}/chat/completions", json=body) as response:
         assert response.status == 500
         assert "Retry-After" not in response.headers
+
+
+async def test_a_step_whose_client_left_during_its_delay_is_given_to_the_retry(http: aiohttp.ClientSession) -> None:
+    script = parse_script([{"reply": "the scripted answer", "delay_ms": 60000}])
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with FakeModelServer(script) as fake:
+        first = asyncio.create_task(_post(http, fake, body))
+        async with asyncio.timeout(10):
+            await fake.wait_for_requests(1)  # recorded, and its step taken, before the fake starts waiting
+        assert fake.script_steps_remaining == 0
+        first.cancel()  # the connection drops while the fake waits, before any byte of the answer
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        async with asyncio.timeout(10):
+            await fake.wait_for_client_disconnects(1)
+        assert fake.script_steps_remaining == 1
+        # The retry takes the step it was scripted to get (and waits its delay) rather than fake_script_exhausted.
+        retry = asyncio.create_task(_post(http, fake, body))
+        async with asyncio.timeout(10):
+            await fake.wait_for_requests(2)
+        assert fake.script_steps_remaining == 0
+        retry.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await retry
 
 
 async def test_models(fake: FakeModelServer, http: aiohttp.ClientSession) -> None:

@@ -110,6 +110,20 @@ def test_player_consumes_in_order_and_honours_match() -> None:
     assert player.take("weather") is None
 
 
+def test_a_step_given_back_is_the_next_one_taken() -> None:
+    player = ScriptPlayer(parse_script([{"reply": "same"}, {"reply": "same"}, {"reply": "last"}]))
+    first = player.take("x")
+    second = player.take("x")
+    assert first == second == Behaviour(reply="same")
+    player.give_back(first)
+    assert player.remaining == 2
+    assert player.take("x") is first  # the very step given back, not an equal one
+    player.give_back(Behaviour(reply="same"))  # equal but not a step's own object: ignored
+    assert player.remaining == 1
+    assert player.take("x") == Behaviour(reply="last")
+    assert player.take("x") is None
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=3),

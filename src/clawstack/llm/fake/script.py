@@ -9,7 +9,8 @@
     ]
 
 Each request takes the first step not yet used whose ``match`` (if it has one) is a substring of the last user
-message; that step is then used up. The keys of a step are documented in ``docs/fake-llm.md``; unknown keys,
+message; that step is then used up, unless the client goes away before its answer begins (during its delay):
+then it is given back, for the client's retry. The keys of a step are documented in ``docs/fake-llm.md``; unknown keys,
 wrong types and conflicting keys raise :class:`FakeScriptError` naming the step.
 """
 
@@ -155,3 +156,14 @@ class ScriptPlayer:
                 self._used[index] = True
                 return step.behaviour
         return None
+
+    def give_back(self, behaviour: Behaviour) -> None:
+        """Make the step :meth:`take` returned as ``behaviour`` (that very object) unused again.
+
+        For an answer that never began: a client that retries the request gets the step it was meant to get.
+        Anything else (a directive's behaviour, a step not used) is ignored.
+        """
+        for index, step in enumerate(self._steps):
+            if self._used[index] and step.behaviour is behaviour:
+                self._used[index] = False
+                return

@@ -266,7 +266,11 @@ class FakeModelServer:
         except FakeDirectiveError as exc:
             return _error(400, exc.message, "invalid_request_error", exc.code)
         if behaviour.delay_ms and not await self._wait_while_connected(request, behaviour.delay_ms / 1000):
-            # Nobody is left to read it; 499 ("client closed request") is only for the log line.
+            # Nobody is left to read it; 499 ("client closed request") is only for the log line. No byte of the
+            # answer was sent, so a script step is not used up: a client that retries (as a gateway does after a
+            # dropped connection) gets the answer it was scripted to get, not fake_script_exhausted.
+            if self._player is not None:
+                self._player.give_back(behaviour)
             return web.Response(status=499)
         if behaviour.fail_status is not None:
             response = web.json_response(failure_body(behaviour.fail_status), status=behaviour.fail_status)

@@ -425,11 +425,21 @@ def start_peer(
 
 
 async def wait_ready(peer: Peer, *, timeout_s: float = START_TIMEOUT_S) -> None:
-    """Connect until ``connect`` answers ``hello-ok`` (retrying ``UNAVAILABLE``); sets ``peer.ready_at``."""
+    """Connect until ``connect`` answers ``hello-ok`` (retrying ``UNAVAILABLE``, and a WebSocket handshake the
+    starting peer does not serve yet: the real gateway answers 404 until its routes are mounted, which on a loaded
+    machine can come well after its port listens); sets ``peer.ready_at``."""
     deadline = peer.spawned_at + timeout_s
     async with aiohttp.ClientSession() as http:
         while True:
-            client = await PeerClient.open(http, peer.url)
+            try:
+                client = await PeerClient.open(http, peer.url)
+            except (aiohttp.WSServerHandshakeError, aiohttp.ClientConnectionError) as exc:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(
+                        f"{peer.name} refused the WebSocket handshake: {exc}\n{peer.log_tail()}"
+                    ) from exc
+                await asyncio.sleep(0.1)
+                continue
             try:
                 res = await client.request("connect", connect_params(auth=peer.credentials))
             finally:

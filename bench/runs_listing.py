@@ -21,40 +21,22 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from _backends import NoWorkers
 
 from clawstack.common.clock import format_timestamp
 from clawstack.common.uds import AsyncUnixClient
 from clawstack.llm.fake import FakeModelServer
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.up import down, up
-from clawstack.runs.backends.base import Isolation, RunLabels, WorkerSpec, WorkerState
 from clawstack.runs.ledger import Ledger, RunRecord
 from clawstack.runs.server import RunsServer
 from clawstack.runs.supervisor import Supervisor
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pod"
 INSTALLATIONS = [f"inst-{i}" for i in range(10)]
-
-
-class NoWorkers:
-    """A backend that never has a worker: every seeded run is terminal, so none is ever spawned."""
-
-    isolation: Isolation = "none"
-
-    async def spawn(self, spec: WorkerSpec) -> None:
-        return None
-
-    async def inspect(self, labels: RunLabels) -> WorkerState:
-        return WorkerState(False, False, None, False, b"", False, "none")
-
-    async def remove(self, labels: RunLabels) -> None:
-        return None
-
-    async def list_workers(self) -> Sequence[RunLabels]:
-        return []
 
 
 def seed(pod: Path, n: int) -> tuple[str, str]:

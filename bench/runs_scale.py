@@ -15,11 +15,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
+from _backends import NoWorkers
 
 from clawstack.common.clock import SystemClock
 from clawstack.common.digest import spec_digest
@@ -27,7 +27,6 @@ from clawstack.common.uds import AsyncUnixClient
 from clawstack.llm.fake import FakeModelServer
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.up import down, up
-from clawstack.runs.backends.base import Isolation, RunLabels, WorkerSpec, WorkerState
 from clawstack.runs.ledger import Ledger, RunRecord
 from clawstack.runs.supervisor import Supervisor
 
@@ -44,22 +43,6 @@ def rss_kib(pid: int) -> int:
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-class NoWorkers:
-    isolation: Isolation = "none"
-
-    async def spawn(self, spec: WorkerSpec) -> None:
-        return None
-
-    async def inspect(self, labels: RunLabels) -> WorkerState:
-        return WorkerState(False, False, None, False, b"", False, "none")
-
-    async def remove(self, labels: RunLabels) -> None:
-        return None
-
-    async def list_workers(self) -> Sequence[RunLabels]:
-        return []
 
 
 async def long_polls(pod: Path, base: Path, polls: int) -> None:

@@ -60,7 +60,7 @@ from typing import Any, Final, Literal
 from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, split_model_ref
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
-from clawstack.gateway.tools import ToolError, ToolPolicy, ToolRegistry
+from clawstack.gateway.tools import ToolError, ToolInvocation, ToolPolicy, ToolRegistry
 from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, ToolCall
 
 __all__ = [
@@ -600,7 +600,7 @@ class _Turn:
     async def _run_tool(self, call: ToolCall, allowed: frozenset[str], idempotency_key: str) -> None:
         arguments = _call_arguments(call)
         await self.emit("tool", {"phase": "start", "name": call.name, "toolCallId": call.id, "args": arguments})
-        result, is_error = await self._call(call.name, arguments, allowed)
+        result, is_error = await self._call(call.name, arguments, allowed, call.id)
         await self.emit(
             "tool",
             {"phase": "result", "name": call.name, "toolCallId": call.id, "isError": is_error, "result": result},
@@ -609,7 +609,9 @@ class _Turn:
         await self._append(NewMessage("tool", [block], run_id=self.run_id, idempotency_key=idempotency_key))
         self._messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
 
-    async def _call(self, name: str, arguments: dict[str, Any] | str, allowed: frozenset[str]) -> tuple[str, bool]:
+    async def _call(
+        self, name: str, arguments: dict[str, Any] | str, allowed: frozenset[str], tool_call_id: str
+    ) -> tuple[str, bool]:
         """Run one tool call: ``(result text, is_error)``. A tool outside the effective set never runs."""
         tool = self.loop._registry.get(name) if name in allowed else None
         if tool is None:
@@ -617,7 +619,8 @@ class _Turn:
         if not isinstance(arguments, dict):
             return "error: the arguments are not a JSON object", True
         try:
-            result: object = await tool.handler(arguments)
+            invocation = ToolInvocation(self.run_id, self.session_key, self.agent_id, tool_call_id)
+            result: object = await tool.handler(arguments, invocation)
         except ToolError as exc:
             return f"error: {exc.message}", True
         except Exception as exc:

@@ -7,7 +7,8 @@ one back. Within a layer ``deny`` wins over ``allow``, and ``allow=None`` means 
 ``allow`` that no registered tool has grants nothing.
 
 A :class:`Tool` is a name, a description, a JSON schema for its arguments, an async handler and the id of the
-plugin that owns it (``None`` for the gateway's own tools). A :class:`ToolRegistry` holds the tools by name and
+plugin that owns it (``None`` for the gateway's own tools). The handler gets the arguments and the
+:class:`ToolInvocation` (which run, session, agent and workspace the call comes from). A :class:`ToolRegistry` holds the tools by name and
 renders them in the OpenAI ``tools`` request shape. A handler raises :class:`ToolError` to give the model an error
 message as the tool's result.
 
@@ -28,6 +29,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from clawstack.gateway import config as gateway_config
@@ -40,6 +42,7 @@ __all__ = [
     "ToolError",
     "ToolExistsError",
     "ToolHandler",
+    "ToolInvocation",
     "ToolNameError",
     "ToolNotFoundError",
     "ToolPolicy",
@@ -51,8 +54,25 @@ __all__ = [
 #: What a registered tool's name must match: the OpenAI function-name rule.
 TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-#: ``async (arguments) -> result text``: what a tool runs when the model calls it.
-ToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocation:
+    """Where a tool call comes from: the run, its session and agent, and the agent's workspace.
+
+    ``workspace`` is the directory the workspace tools are confined to (``None`` when the agent has none);
+    ``blind`` is set for a blind child, whose prompts and tool results show the workspace as ``<workspace>``.
+    """
+
+    run_id: str
+    session_key: str
+    agent_id: str
+    tool_call_id: str
+    workspace: Path | None = None
+    blind: bool = False
+
+
+#: ``async (arguments, invocation) -> result text``: what a tool runs when the model calls it.
+ToolHandler = Callable[[dict[str, Any], ToolInvocation], Awaitable[str]]
 
 
 class ToolPolicyError(GatewayError):

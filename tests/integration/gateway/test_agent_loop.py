@@ -81,15 +81,15 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def registry(recorder: Recorder) -> ToolRegistry:
-    async def echo(arguments: dict[str, Any]) -> str:
+    async def echo(arguments: dict[str, Any], invocation: object = None) -> str:
         recorder.calls.append(("echo", arguments))
         return "echoed " + json.dumps(arguments, sort_keys=True)
 
-    async def refuse(arguments: dict[str, Any]) -> str:
+    async def refuse(arguments: dict[str, Any], invocation: object = None) -> str:
         recorder.calls.append(("refuse", arguments))
         raise ToolError("the file is locked")
 
-    async def crash(arguments: dict[str, Any]) -> str:
+    async def crash(arguments: dict[str, Any], invocation: object = None) -> str:
         recorder.calls.append(("crash", arguments))
         raise RuntimeError("secret internal detail")
 
@@ -487,7 +487,7 @@ async def test_cancellation_during_a_tool_call(
 ) -> None:
     entered = asyncio.Event()
 
-    async def hang(arguments: dict[str, Any]) -> str:
+    async def hang(arguments: dict[str, Any], invocation: object = None) -> str:
         entered.set()
         await asyncio.Event().wait()
         return "never"

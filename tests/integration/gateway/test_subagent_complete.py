@@ -67,7 +67,7 @@ class Gateway:
         self.config = make_config(tmp_path, fake.base_url, **config)
         schema = {"type": "object", "properties": {}}
 
-        async def echo(arguments: dict[str, Any]) -> str:
+        async def echo(arguments: dict[str, Any], invocation: object = None) -> str:
             return "echo"
 
         # A registered tool, so that "no tools were sent" means something.

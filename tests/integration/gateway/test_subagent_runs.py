@@ -90,7 +90,7 @@ def write_plugin(root: Path, plugin_id: str, source: str) -> Path:
     return directory
 
 
-async def core_tool(args: dict[str, Any]) -> str:
+async def core_tool(args: dict[str, Any], invocation: object = None) -> str:
     return "core"
 
 

@@ -103,7 +103,7 @@ def test_from_config_layer() -> None:
     assert not layer.permits("exec")
 
 
-async def _echo(arguments: dict[str, Any]) -> str:
+async def _echo(arguments: dict[str, Any], invocation: object = None) -> str:
     return repr(arguments)
 
 

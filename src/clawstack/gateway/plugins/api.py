@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from clawstack.gateway.errors import ConfigProblem, GatewayError
-from clawstack.gateway.tools import Tool, ToolHandler, ToolRegistry
+from clawstack.gateway.tools import Tool, ToolInvocation, ToolRegistry
 
 if TYPE_CHECKING:
     from clawstack.gateway.plugins.hook_dispatch import PluginHooks
@@ -281,6 +281,9 @@ class CommandContext:
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]
+
+#: ``async (arguments) -> result text``: a plugin tool's handler.
+PluginToolHandler = Callable[[dict[str, Any]], Awaitable[str]]
 """A command handler: takes one :class:`CommandContext`, returns the reply text."""
 
 
@@ -490,7 +493,7 @@ class PluginApi:
     def register_tool(
         self,
         name: str,
-        handler: ToolHandler,
+        handler: PluginToolHandler,
         *,
         description: str,
         parameters: Mapping[str, Any] | None = None,
@@ -507,7 +510,11 @@ class PluginApi:
         if not isinstance(description, str) or not description.strip():
             raise CommandRegistrationError(f"tool {name!r}: a non-empty description is required")
         schema = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
-        self._tools.register(Tool(name, description, schema, handler, owner=self._id))
+
+        async def invoke(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
+            return await handler(arguments)
+
+        self._tools.register(Tool(name, description, schema, invoke, owner=self._id))
 
     def register_hook(self, name: HookName, handler: DispatchHandler) -> None:
         """Register a ``before_dispatch`` or ``reply_dispatch`` handler (see ``clawstack.gateway.plugins.hooks``)."""

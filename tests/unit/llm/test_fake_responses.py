@@ -39,7 +39,9 @@ def test_read_conversation_finds_the_last_user_message_and_tool_results() -> Non
         {"role": "tool", "content": "result two"},
     ]
     conversation = read_conversation(messages)
-    assert conversation == Conversation(last_user_text="second\npart", tool_results=2, prompt_words=11)
+    assert conversation == Conversation(
+        last_user_text="second\npart", tool_results=2, prompt_words=11, user_texts=("first question", "second\npart")
+    )
 
 
 def test_read_conversation_without_a_user_message() -> None:

@@ -139,3 +139,19 @@ def test_arbitrary_json_parses_or_fails_cleanly(steps: list[Any]) -> None:
     except FakeScriptError:
         return
     assert all(isinstance(step.behaviour, Behaviour) for step in script.steps)
+
+
+def test_match_user_looks_at_every_user_message_and_combines_with_match() -> None:
+    player = ScriptPlayer(
+        parse_script(
+            [
+                {"match_user": "PARENT", "reply": "parent"},
+                {"match": "context", "match_user": "CHILD", "reply": "child"},
+            ]
+        )
+    )
+    # A gateway that appends a context message after the user's: the last user message is the context.
+    assert player.take("context", ("CHILD task", "context")) == Behaviour(reply="child")
+    assert player.take("context", ("no marker", "context")) is None
+    assert player.take("context", ("PARENT question", "context")) == Behaviour(reply="parent")
+    assert player.remaining == 0

@@ -35,6 +35,7 @@ class Conversation:
     last_user_text: str
     tool_results: int
     prompt_words: int
+    user_texts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ def read_conversation(messages: Sequence[Mapping[str, Any]]) -> Conversation:
     tool_results = sum(1 for message in messages[last_user + 1 :] if message.get("role") == "tool")
     return Conversation(
         last_user_text=message_text(messages[last_user].get("content")) if last_user >= 0 else "",
+        user_texts=tuple(message_text(m.get("content")) for m in messages if m.get("role") == "user"),
         tool_results=tool_results if last_user >= 0 else 0,
         prompt_words=sum(count_words(message_text(message.get("content"))) for message in messages),
     )

@@ -9,7 +9,7 @@
     ]
 
 Each request takes the first step not yet used whose ``match`` (if it has one) is a substring of the last user
-message; that step is then used up, unless the client goes away before its answer begins (during its delay):
+message and whose ``match_user`` (if it has one) is a substring of some user message; that step is then used up, unless the client goes away before its answer begins (during its delay):
 then it is given back, for the client's retry. The keys of a step are documented in ``docs/fake-llm.md``; unknown keys,
 wrong types and conflicting keys raise :class:`FakeScriptError` naming the step.
 """
@@ -42,6 +42,7 @@ class _StepModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     match: str | None = Field(default=None, min_length=1)
+    match_user: str | None = Field(default=None, min_length=1)
     reply: str | None = None
     echo: bool = False
     empty: bool = False
@@ -57,10 +58,12 @@ class _StepModel(BaseModel):
 
 @dataclass(frozen=True)
 class ScriptStep:
-    """One step: the behaviour, and the substring the last user message must contain (``None``: any)."""
+    """One step: the behaviour, the substring the last user message must contain and the one some user message
+    must contain (``None``: any)."""
 
     behaviour: Behaviour
     match: str | None = None
+    match_user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ def _step(index: int, raw: Any) -> ScriptStep:
         )
     except ValueError as exc:
         raise FakeScriptError(f"{where}: {exc}") from exc
-    return ScriptStep(behaviour=behaviour, match=model.match)
+    return ScriptStep(behaviour=behaviour, match=model.match, match_user=model.match_user)
 
 
 def parse_script(source: str | bytes | Sequence[Any]) -> FakeScript:
@@ -147,12 +150,15 @@ class ScriptPlayer:
         """How many steps are not used yet."""
         return self._used.count(False)
 
-    def take(self, last_user_text: str) -> Behaviour | None:
-        """Use up and return the next step matching ``last_user_text``; ``None`` if no step is left for it."""
+    def take(self, last_user_text: str, user_texts: Sequence[str] = ()) -> Behaviour | None:
+        """Use up and return the next step matching ``last_user_text`` (and, for ``match_user``, one of
+        ``user_texts``, every user message of the request); ``None`` if no step is left for it."""
         for index, step in enumerate(self._steps):
             if self._used[index]:
                 continue
-            if step.match is None or step.match in last_user_text:
+            if step.match is not None and step.match not in last_user_text:
+                continue
+            if step.match_user is None or any(step.match_user in text for text in user_texts):
                 self._used[index] = True
                 return step.behaviour
         return None

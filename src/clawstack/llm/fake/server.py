@@ -307,7 +307,7 @@ class FakeModelServer:
             return for_turn(directed, conversation.tool_results)
         if self._player is None:
             return Behaviour()
-        step = self._player.take(conversation.last_user_text)
+        step = self._player.take(conversation.last_user_text, conversation.user_texts)
         if step is None:
             raise BadChatRequest("The fake model's script has no step left for this request.", "fake_script_exhausted")
         return step

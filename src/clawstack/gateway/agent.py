@@ -55,9 +55,11 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, split_model_ref
+from clawstack.gateway.custody import NATIVE_OWNER
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
 from clawstack.gateway.tools import ToolError, ToolInvocation, ToolPolicy, ToolRegistry
@@ -318,6 +320,10 @@ class AgentLoop:
             layers.append(ToolPolicy(tools_allow))
         return ToolPolicy.from_config(self._config.tools).effective(candidates, *layers)
 
+    def workspace(self, agent_id: str) -> Path | None:
+        """The directory the agent's workspace tools are confined to (``agents.defaults.workspace``)."""
+        return self._config.agents.defaults.workspace
+
     def agent(self, agent_id: str) -> AgentEntry:
         """The configured agent; :class:`UnknownAgentError` if there is none."""
         try:
@@ -326,14 +332,17 @@ class AgentLoop:
             raise UnknownAgentError(f"no agent {json.dumps(agent_id)} is configured") from None
 
     def model_chain(self, agent_id: str, model: str | None) -> tuple[str, ...]:
-        """The models a call tries: the agent's primary and fallbacks, or exactly ``model`` (checked to exist)."""
+        """The models a call tries: the agent's primary and fallbacks, or ``model`` (checked to exist) followed by the
+        agent's fallbacks."""
+        configured = self._config.agent_model(agent_id).chain
         if model is None:
-            return self._config.agent_model(agent_id).chain
+            return configured
         try:
             self._config.resolve_model(model)
         except (KeyError, ValueError):
             raise UnknownModelError(f"no configured model is {json.dumps(model)}") from None
-        return (model,)
+        # An override replaces the primary; the agent's configured fallbacks still follow it.
+        return (model, *(ref for ref in configured[1:] if ref != model))
 
     async def _client(self, provider_id: str, provider: ProviderConfig) -> LLMClient:
         async with self._clients_lock:
@@ -414,7 +423,9 @@ class AgentLoop:
         system_parts = [part for part in system_parts if part]
 
         store = self._store
-        await asyncio.to_thread(store.get_or_create, session_key, agent_id=agent_id)
+        session = await asyncio.to_thread(store.get_or_create, session_key, agent_id=agent_id)
+        # Only a native child's session (which no caller can create or claim) is ever blind.
+        blind = session.owner == NATIVE_OWNER and session.metadata.get("blind") is True
         run, _ = await asyncio.to_thread(store.start_run, run_id, session_key)
         if run.state != "accepted":
             raise RunStateError(f"the run is already {run.state}")
@@ -431,6 +442,9 @@ class AgentLoop:
             on_event=on_event,
             this_run_only=prompt_mode == "minimal",
             reasoning_effort=reasoning_effort,
+            session_id=session.session_id,
+            workspace=self.workspace(agent_id),
+            blind=blind,
         )
         scope = asyncio.timeout(timeout_s)
         try:
@@ -480,6 +494,9 @@ class _Turn:
     on_event: EventHandler | None
     this_run_only: bool = False
     reasoning_effort: ReasoningEffort | None = None
+    session_id: str = ""
+    workspace: Path | None = None
+    blind: bool = False
     last_text: str = ""
     _seq: int = 0
     _model_index: int = 0
@@ -619,7 +636,17 @@ class _Turn:
         if not isinstance(arguments, dict):
             return "error: the arguments are not a JSON object", True
         try:
-            invocation = ToolInvocation(self.run_id, self.session_key, self.agent_id, tool_call_id)
+            invocation = ToolInvocation(
+                self.run_id,
+                self.session_key,
+                self.agent_id,
+                tool_call_id,
+                workspace=self.workspace,
+                blind=self.blind,
+                session_id=self.session_id,
+                tools=tuple(self.tool_names),
+                model=self.chain[self._model_index],
+            )
             result: object = await tool.handler(arguments, invocation)
         except ToolError as exc:
             return f"error: {exc.message}", True

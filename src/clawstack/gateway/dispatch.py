@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
@@ -28,6 +29,8 @@ from clawstack.llm import ReasoningEffort
 __all__ = [
     "EXTERNAL_CONTENT_NOTICE",
     "GATEWAY_OPERATOR",
+    "REASONING_EFFORT_BY_THINKING",
+    "THINKING_LEVELS",
     "ChannelOutbox",
     "IdempotencyConflictError",
     "Requester",
@@ -53,6 +56,16 @@ class SessionOwnerError(GatewayError):
     code = "session_owner_mismatch"
 
 
+#: The accepted ``thinking`` levels (OpenClaw's), and how each reaches the model as ``reasoning_effort``.
+THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high")
+REASONING_EFFORT_BY_THINKING: Final[Mapping[str, ReasoningEffort]] = {
+    "off": "none",
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+}
+
 #: The operator a Gateway chat client authenticated with the gateway's token or password acts as.
 GATEWAY_OPERATOR: Final = "gateway"
 
@@ -71,6 +84,7 @@ class TurnOptions:
     prompt_mode: PromptMode = "full"
     reasoning_effort: ReasoningEffort | None = None
     timeout_s: float | None = None
+    tools_allow: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +116,8 @@ class RunRequest:
     ``idempotency_key`` makes a replay return the first run (in flight: the same run; finished: its state);
     without one a new run id is minted. ``announce_to`` receives the final answer through the normal announce
     path when the run ends ``ok``; ``deliver=False`` records the completion without announcing it anywhere.
-    ``reserved`` lets the run use the lane's reserved slot (HTTP hook work on the ``cron`` lane).
+    ``reserved`` lets the run use the lane's reserved slot (HTTP hook work on the ``cron`` lane). ``run_id``
+    names the run (a native child's id is recorded in custody before its run starts); without one the host picks.
     """
 
     session_key: str
@@ -116,6 +131,7 @@ class RunRequest:
     deliver: bool = True
     reserved: bool = False
     label: str | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -77,6 +77,7 @@ class ActiveRun:
     text: str = ""
     command: RegisteredCommand | None = None
     command_args: str = ""
+    builtin: Callable[[], Awaitable[str]] | None = None
     started: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -121,6 +122,12 @@ class GatewayRuns:
     def active_run_ids(self, session_key: str) -> list[str]:
         """The ids of the session's runs in flight (queued or running)."""
         return [run.run_id for run in self._active.values() if run.session_key == session_key]
+
+    def known_run(self, session_key: str, idempotency_key: str) -> bool:
+        """Whether a run with this idempotency key is in flight on the session or recorded for it."""
+        if self._in_flight(session_key, idempotency_key, idempotency_key) is not None:
+            return True
+        return self._store.find_by_idempotency_key(session_key, idempotency_key) is not None
 
     def busy_sessions(self) -> set[str]:
         """The session keys with a run in flight."""
@@ -168,17 +175,23 @@ class GatewayRuns:
         requester: Requester | None = None,
         command: RegisteredCommand | None = None,
         command_args: str = "",
+        builtin: Callable[[], Awaitable[str]] | None = None,
     ) -> StartedRun:
         """Record the run and start its task; a replayed idempotency key answers with the first run instead.
 
-        A chat run's id is its idempotency key (as on OpenClaw); other runs get a new id.
+        A chat run's id is its idempotency key (as on OpenClaw); other runs get a new id (or the request's
+        ``run_id``). ``command`` runs a plugin command instead of an agent turn; ``builtin`` answers with the text
+        it returns (a built-in chat command), outside the session's lane.
         """
         if self._closed:
             raise RunsClosedError("the gateway is not running")
         key = str(parse_session_key(request.session_key))
         request = replace(request, session_key=key)
         idem = request.idempotency_key
-        run_id = idem if requester is not None and idem is not None else new_uuid()
+        if request.run_id is not None:
+            run_id = request.run_id
+        else:
+            run_id = idem if requester is not None and idem is not None else new_uuid()
         in_flight = self._in_flight(key, idem, run_id)
         if in_flight is not None:
             _check_same_request(in_flight.message, request.message)
@@ -196,12 +209,14 @@ class GatewayRuns:
                     _check_same_request(first.content, request.message)
                 return StartedRun(existing.run_id, key, _finished_status(existing))
         # Claim the id before the next await, so a concurrent duplicate sees it in flight.
-        run = ActiveRun(run_id, request, requester, command=command, command_args=command_args)
+        run = ActiveRun(run_id, request, requester, command=command, command_args=command_args, builtin=builtin)
         self._active[run_id] = run
         created = False
         try:
             session = await asyncio.to_thread(store.get_or_create, key, agent_id=request.agent_id, owner=request.owner)
-            if request.owner is not None and session.owner != request.owner:
+            # Both ways: a plugin never runs in a session it did not create, and chat, channel, hook and cron
+            # runs never land in a plugin-owned one.
+            if session.owner != request.owner:
                 raise SessionOwnerError("the session belongs to someone else")
             recorded, created = await asyncio.to_thread(store.start_run, run_id, key, idempotency_key=idem)
         finally:
@@ -257,6 +272,10 @@ class GatewayRuns:
 
         async def turn() -> TurnResult:
             run.started = True
+            if run.builtin is not None:
+                await asyncio.to_thread(self._store.mark_running, run.run_id)
+                await self._append_user(run)
+                return await self._record_reply(run, await run.builtin())
             if run.command is not None:
                 return await self._run_command(run, run.command)
             if run.requester is not None and self.plugins is not None and self.plugins.hooks.has_dispatch_hooks():
@@ -270,6 +289,7 @@ class GatewayRuns:
                 message=run.message,
                 extra_system_prompt=options.extra_system_prompt,
                 model=options.model,
+                tools_allow=options.tools_allow,
                 also_allow=options.also_allow,
                 disable_tools=options.disable_tools,
                 prompt_mode=options.prompt_mode,
@@ -279,7 +299,10 @@ class GatewayRuns:
             )
 
         try:
-            result = await lanes.run(request.lane, run.session_key, turn, reserved=request.reserved)
+            if run.builtin is not None:
+                result = await turn()
+            else:
+                result = await lanes.run(request.lane, run.session_key, turn, reserved=request.reserved)
         except asyncio.CancelledError:
             # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
             # the cancellation of a started run itself; record it too, and tell subscribers.

@@ -33,7 +33,7 @@ import enum
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -46,7 +46,9 @@ from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
 from clawstack.gateway.channels import WebhookChannel, WebhookError
+from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
 from clawstack.gateway.config import GatewayConfig, split_model_ref
+from clawstack.gateway.custody import ChildStore
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
     ChannelOutbox,
@@ -59,6 +61,7 @@ from clawstack.gateway.dispatch import (
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.lanes import Lanes
+from clawstack.gateway.native import NativeChildren
 from clawstack.gateway.plugins import (
     HookDispatcher,
     LoadedPlugin,
@@ -94,6 +97,7 @@ from clawstack.gateway.protocol import (
     response_ok,
 )
 from clawstack.gateway.runner import GatewayRuns, RunsClosedError
+from clawstack.gateway.session_tools import session_tools
 from clawstack.gateway.sessions import Message, SessionStore
 from clawstack.gateway.tools import ToolRegistry
 
@@ -110,6 +114,8 @@ DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 #: The session store's file under ``data_dir``.
 STORE_FILE: Final = "sessions.sqlite3"
+#: The native-child custody file beside it.
+CHILDREN_FILE: Final = "children.sqlite3"
 
 _CLOSE_NORMAL: Final = 1000
 _CLOSE_PROTOCOL: Final = 1002
@@ -242,6 +248,9 @@ class GatewayServer:
         self._port: int | None = None
         self._connections: set[_Connection] = set()
         self._runs: GatewayRuns | None = None
+        self._children: ChildStore | None = None
+        self._builtins: BuiltinCommands | None = None
+        self._natives: NativeChildren | None = None
         self._channels: dict[str, ChannelOutbox] = {}
         self._webhook: WebhookChannel | None = None
         self.interrupted_run_ids: tuple[str, ...] = ()
@@ -331,6 +340,14 @@ class GatewayServer:
                 publish=self._publish,
                 channels=self._channels,
             )
+            self._builtins = BuiltinCommands(self._config, store, active_runs=runs.active_run_ids)
+            children = ChildStore(self._data_dir / CHILDREN_FILE)
+            await asyncio.to_thread(children.open)
+            self._children = children
+            self._natives = NativeChildren(self._config, store, children, runs, clock=self._clock)
+            await self._natives.start()
+            for tool in session_tools(store, runs, self._natives):
+                self._registry.register(tool)
             completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)
             self._plugins = runs.plugins = PluginLoader(
                 self._config,
@@ -368,6 +385,9 @@ class GatewayServer:
         if self._state in (ServerState.STOPPING, ServerState.STOPPED):
             return
         self._state = ServerState.STOPPING
+        if self._natives is not None:
+            # Before the runs are aborted: children in flight are left for the next start to record interrupted.
+            await self._natives.close()
         if self._runs is not None:
             await self._runs.close()
         writers = []
@@ -388,6 +408,8 @@ class GatewayServer:
             await self._agent.aclose()
         if self._store is not None:
             await asyncio.to_thread(self._store.close)
+        if self._children is not None:
+            await asyncio.to_thread(self._children.close)
         self._state = ServerState.STOPPED
 
     # -- connections ---------------------------------------------------------------------------------------------
@@ -592,13 +614,16 @@ class GatewayServer:
             self._config.agent(parsed.agent_id)
         except KeyError:
             raise ProtocolError("INVALID_REQUEST", f"unknown agent: {parsed.agent_id}") from None
-        command, command_args = self._find_command(params.message, authenticated=conn.connected)
         conn.subscriptions.add(key)
         request = RunRequest(key, parsed.agent_id, params.message, "main", idempotency_key=params.idempotencyKey)
         requester = Requester(
             key, parsed.agent_id, "gateway", authenticated=True, operator=GATEWAY_OPERATOR, scopes=conn.scopes
         )
         try:
+            builtin = await self._builtin(request, requester)
+            if builtin is not None:
+                return builtin
+            command, command_args = self._find_command(params.message, authenticated=conn.connected)
             started = await self._require_runs().start(
                 request, requester=requester, command=command, command_args=command_args
             )
@@ -606,6 +631,43 @@ class GatewayServer:
             raise ProtocolError(
                 "INVALID_REQUEST", exc.message, details={"code": exc.code, "reason": "chat-request-conflict"}
             ) from None
+        return {"runId": started.run_id, "status": started.status}
+
+    async def _builtin(self, request: RunRequest, requester: Requester) -> dict[str, Any] | None:
+        """Run a built-in command (``/stop``, ``/reset``, … see :mod:`clawstack.gateway.commands`); its
+        ``chat.send`` answer, or ``None`` when the message is no built-in. ``/stop``, ``/reset`` and ``/new`` need
+        an authenticated sender (``FORBIDDEN`` otherwise)."""
+        parsed = split_command(request.message)
+        if parsed is None or parsed[0] not in RESERVED_COMMANDS:
+            return None
+        name, args = parsed
+        runs, store = self._require_runs(), self._require_store()
+        key = request.session_key
+        if name in ("stop", "reset", "new") and not requester.authenticated:
+            raise ProtocolError(
+                "FORBIDDEN",
+                f"command /{name} needs an authenticated sender",
+                details={"code": "COMMAND_AUTH_REQUIRED", "command": name},
+            )
+        if name == "stop":
+            run_ids = await runs.abort(key)
+            return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
+        if name in ("reset", "new"):
+            if request.idempotency_key is not None and runs.known_run(key, request.idempotency_key):
+                started = await runs.start(request, requester=requester, builtin=_fixed(""))
+                return {"runId": started.run_id, "status": started.status}
+            await runs.abort(key)
+            session = await asyncio.to_thread(store.get, key)
+            if session is not None and session.owner is not None:
+                raise ProtocolError("FORBIDDEN", "the session belongs to someone else")
+            if session is not None:
+                await asyncio.to_thread(store.reset, key)
+            text = "✅ Session reset." if name == "reset" else "✅ New session started."
+            started = await runs.start(request, requester=requester, builtin=_fixed(text))
+            return {"runId": started.run_id, "status": started.status}
+        assert self._builtins is not None
+        answer = self._builtins.answer(name, args, key, request.agent_id)
+        started = await runs.start(request, requester=requester, builtin=answer)
         return {"runId": started.run_id, "status": started.status}
 
     def _find_command(self, message: str, *, authenticated: bool) -> tuple[RegisteredCommand | None, str]:
@@ -763,6 +825,9 @@ class GatewayServer:
         except WebhookError as exc:
             return web.json_response({"ok": False, "error": exc.to_dict()}, status=exc.status)
         try:
+            builtin = await self._builtin(inbound.run_request, inbound.requester)
+            if builtin is not None:
+                return web.json_response({"ok": True, **builtin}, status=202)
             command, args = self._find_command(inbound.text, authenticated=inbound.requester.authenticated)
         except ProtocolError as exc:
             return web.json_response(channel.refuse(inbound, exc), status=202)
@@ -805,6 +870,13 @@ class GatewayServer:
             if provider is not None:
                 wire["api"] = provider.api
         return wire
+
+
+def _fixed(text: str) -> Callable[[], Awaitable[str]]:
+    async def answer() -> str:
+        return text
+
+    return answer
 
 
 def _session_key(raw: str) -> str:

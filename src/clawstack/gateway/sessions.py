@@ -11,8 +11,9 @@ What it holds:
 * **sessions**: ``key``, ``agent_id``, ``session_id`` (a UUID4), ``created_at_ms``, ``updated_at_ms``, the ``owner``
   plugin id (or ``None``), a ``label``, ``metadata`` (a JSON object) and a ``deleted`` flag. At most one live session
   has a given key; :meth:`SessionStore.delete` marks a session deleted, which hides it and its transcript from every
-  read, and a later :meth:`SessionStore.get_or_create` for the same key starts a new session with a new id. Nothing
-  is ever removed from the file.
+  read, and a later :meth:`SessionStore.get_or_create` for the same key starts a new session with a new id.
+  :meth:`SessionStore.reset` starts a new incarnation of a session (a new ``session_id``, an empty transcript) in
+  one step. Nothing is ever removed from the file.
 * **transcripts**: per session, messages numbered ``seq`` = 1, 2, 3, … in append order, each with a ``role``
   (``user``, ``assistant``, ``tool``, ``system``), ``content`` (a string or a list of blocks such as
   ``{"type": "text", "text": …}``), ``timestamp_ms``, and optionally ``run_id``, ``idempotency_key``, ``provider``,
@@ -554,6 +555,26 @@ class SessionStore:
                 "UPDATE sessions SET deleted=1, updated_at_ms=? WHERE key=? AND deleted=0", (self._now_ms(), text)
             )
             return cursor.rowcount > 0
+
+    def reset(self, key: str) -> Session:
+        """Start a new incarnation of the live session for ``key``: same key, agent, owner, label and metadata, a
+        new ``session_id`` and an empty transcript (the old one stays in the file, hidden). One transaction.
+
+        :class:`SessionNotFoundError` if there is no live session for ``key``.
+        """
+        text = str(parse_session_key(key))
+        with self._write() as db:
+            old = self._live(db, text)
+            if old is None:
+                raise SessionNotFoundError("no live session has this key")
+            now = self._now_ms()
+            db.execute("UPDATE sessions SET deleted=1, updated_at_ms=? WHERE session_id=?", (now, old.session_id))
+            session = replace(old, session_id=new_uuid(), created_at_ms=now, updated_at_ms=now)
+            db.execute(
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,0)",
+                (text, old.agent_id, session.session_id, now, now, old.owner, old.label, _dump_json(old.metadata, "m")),
+            )
+            return session
 
     # -- transcripts -------------------------------------------------------------------------------------------
 

@@ -57,10 +57,13 @@ TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 @dataclass(frozen=True, slots=True)
 class ToolInvocation:
-    """Where a tool call comes from: the run, its session and agent, and the agent's workspace.
+    """Where a tool call comes from: the run, its session (and the session's incarnation, ``session_id``, when the
+    turn started), the agent, the agent's workspace, the turn's tool surface and model.
 
     ``workspace`` is the directory the workspace tools are confined to (``None`` when the agent has none);
     ``blind`` is set for a blind child, whose prompts and tool results show the workspace as ``<workspace>``.
+    ``tools`` are the tool names the turn may call (its effective policy); ``model`` is the turn's
+    ``provider/model`` chain head.
     """
 
     run_id: str
@@ -69,6 +72,9 @@ class ToolInvocation:
     tool_call_id: str
     workspace: Path | None = None
     blind: bool = False
+    session_id: str = ""
+    tools: tuple[str, ...] = ()
+    model: str = ""
 
 
 #: ``async (arguments, invocation) -> result text``: what a tool runs when the model calls it.

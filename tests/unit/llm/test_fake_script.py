@@ -155,3 +155,10 @@ def test_match_user_looks_at_every_user_message_and_combines_with_match() -> Non
     assert player.take("context", ("no marker", "context")) is None
     assert player.take("context", ("PARENT question", "context")) == Behaviour(reply="parent")
     assert player.remaining == 0
+
+
+def test_extended_steps_come_after_the_unused_ones() -> None:
+    player = ScriptPlayer(parse_script([{"reply": "a"}, {"reply": "b"}]))
+    assert player.take("x") == Behaviour(reply="a")
+    player.extend(parse_script([{"reply": "c"}]))
+    assert [player.take("x"), player.take("x"), player.take("x")] == [Behaviour(reply="b"), Behaviour(reply="c"), None]

@@ -145,6 +145,11 @@ class ScriptPlayer:
         self._steps = list(script.steps)
         self._used = [False] * len(self._steps)
 
+    def extend(self, script: FakeScript) -> None:
+        """Append ``script``'s steps, unused, after the ones there are."""
+        self._steps.extend(script.steps)
+        self._used.extend([False] * len(script.steps))
+
     @property
     def remaining(self) -> int:
         """How many steps are not used yet."""

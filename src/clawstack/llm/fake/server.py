@@ -142,6 +142,13 @@ class FakeModelServer:
         """Forget the recorded requests."""
         self._requests.clear()
 
+    def add_script_steps(self, script: FakeScript) -> None:
+        """Append ``script``'s steps after the steps not used yet (a script of its own when there was none)."""
+        if self._player is None:
+            self._player = ScriptPlayer(script)
+        else:
+            self._player.extend(script)
+
     @property
     def script_steps_remaining(self) -> int | None:
         """How many script steps are unused; ``None`` without a script."""

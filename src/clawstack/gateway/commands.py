@@ -1,0 +1,98 @@
+"""The gateway's built-in chat commands: ``/stop``, ``/reset``, ``/new``, ``/status``, ``/help``, ``/model``.
+
+A chat message ``/name [args]`` whose name is reserved (:data:`RESERVED_COMMANDS`) never reaches the model:
+
+* ``/stop`` aborts the session's runs in flight (agent turns and plugin command calls alike); the ``chat.send``
+  answer is ``{"ok": true, "aborted": bool, "runIds": [...]}`` and no run is started (as on OpenClaw).
+* ``/reset`` and ``/new`` abort the session's runs in flight and start a new incarnation of the session (a new
+  ``session_id``, an empty transcript; the native children of the old incarnation stay in custody, and answer
+  ``not_owner`` to the new one). The answer, ``✅ Session reset.`` or ``✅ New session started.``, is the first
+  exchange of the new transcript.
+* ``/status``, ``/help`` and ``/model`` answer with text and record the exchange in the transcript. ``/model``
+  only shows the session's model and the configured ones: choosing another (``/model <ref>``) is not supported.
+* ``/think``, ``/verbose``, ``/whoami`` and ``/commands`` are reserved names this gateway does not implement: they
+  answer so, and never reach the model.
+
+The answers of the last three kinds run as a chat run (a ``chat`` ``final`` event with the text), outside the
+session's lane, so ``/status`` answers while a long turn is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.sessions import SessionStore
+
+__all__ = ["BUILTIN_COMMANDS", "RESERVED_COMMANDS", "BuiltinCommands", "split_command"]
+
+BUILTIN_COMMANDS: Final = ("stop", "reset", "new", "status", "help", "model")
+RESERVED_COMMANDS: Final = (*BUILTIN_COMMANDS, "think", "verbose", "whoami", "commands")
+
+HELP_TEXT: Final = (
+    "ℹ️ Help\n\nSession\n  /new  |  /reset  |  /stop\n\nStatus\n  /status  |  /model\n\n"
+    "Plugin commands: /<name> [args] for each command a loaded plugin registered."
+)
+
+#: ``(session_key, agent_id) -> text``: what a text command answers.
+Answer = Callable[[], Awaitable[str]]
+
+
+def split_command(message: str) -> tuple[str, str] | None:
+    """``(name, args)`` when ``message`` is ``/name [args]`` (name lower-cased), else ``None``."""
+    text = message.strip()
+    if not text.startswith("/") or len(text) < 2:
+        return None
+    head, _, rest = text[1:].partition(" ")
+    if not head or "/" in head:
+        return None
+    return head.lower(), rest.strip()
+
+
+class BuiltinCommands:
+    """Answers of the text built-ins for one gateway."""
+
+    def __init__(self, config: GatewayConfig, store: SessionStore, *, active_runs: Callable[[str], list[str]]) -> None:
+        self._config = config
+        self._store = store
+        self._active_runs = active_runs
+
+    def answer(self, name: str, args: str, session_key: str, agent_id: str) -> Answer:
+        """The coroutine factory answering ``/name args`` on the session (not ``/stop``, ``/reset``, ``/new``)."""
+
+        async def run() -> str:
+            if name == "help":
+                return HELP_TEXT
+            if name == "status":
+                return await self._status(session_key, agent_id)
+            if name == "model":
+                return self._model(agent_id, args)
+            return f"⚠️ /{name} is not supported by this gateway."
+
+        return run
+
+    async def _status(self, session_key: str, agent_id: str) -> str:
+        session = await asyncio.to_thread(self._store.get, session_key)
+        model = self._config.agent_model(agent_id).chain[0]
+        lines = [f"🧠 Model: {model}", f"🧵 Session: {session_key}"]
+        if session is not None:
+            lines.append(f"🆔 Session id: {session.session_id}")
+        lines.append(f"🏃 Runs in flight: {len(self._active_runs(session_key))}")
+        return "\n".join(lines)
+
+    def _model(self, agent_id: str, args: str) -> str:
+        if args:
+            return "⚠️ Choosing a model with /model is not supported by this gateway; /model shows the current one."
+        chain = self._config.agent_model(agent_id).chain
+        configured = [
+            f"{provider_id}/{model.id}"
+            for provider_id, provider in self._config.models.providers.items()
+            for model in provider.models
+        ]
+        lines = [f"Current: {chain[0]}"]
+        if len(chain) > 1:
+            lines.append(f"Fallbacks: {', '.join(chain[1:])}")
+        lines.append(f"Configured: {', '.join(configured)}")
+        return "\n".join(lines)

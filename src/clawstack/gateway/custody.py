@@ -1,0 +1,329 @@
+"""Native-child custody: the durable record of every native child, its parent incarnation and its completion.
+
+A native child is a one-shot background run spawned for a requester session (by the model-facing
+``sessions_spawn`` tool). Its record names the child's run and session, the parent session key and the parent's
+**incarnation** (the parent's ``session_id`` when it spawned: a reset parent is a new incarnation and no longer
+owns the child), the spawning run, the child's spawn depth, its label and options, its execution state and, once it
+ended, its **completion**: ``done``, ``failed``, ``killed`` or ``timeout``, with the complete final answer up to
+:data:`MAX_RESULT_BYTES` (``result_truncated`` when it was longer), the error and the token usage.
+
+Execution states: ``queued`` (recorded, waiting for a subagent slot), ``running``, ``terminal`` (ended, with a
+completion) and ``interrupted`` (the gateway stopped while it was queued or running; :meth:`ChildStore.recover`
+records it at start-up with completion ``failed``, so a waiter gets an answer and nothing runs twice). A child
+whose session was archived keeps its record and completion.
+
+One :class:`ChildStore` owns one SQLite file (WAL, ``synchronous=FULL``, an exclusive writer lock); every write is
+committed before the method returns. Methods block: call them from a thread. Errors are
+:class:`~clawstack.gateway.sessions.SessionStoreError` (``session_store_unavailable``) and
+:class:`~clawstack.gateway.sessions.SessionStoreLockedError` (``session_store_locked``).
+"""
+
+# ruff: noqa: S608  (queries interpolate only this module's column-list constant; values are bound parameters)
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from clawstack.common.files import ensure_private_dir
+from clawstack.common.sqlite import (
+    DatabaseError,
+    DatabaseLockedError,
+    immediate_transaction,
+    open_database,
+    take_writer_lock,
+)
+from clawstack.gateway.sessions import SessionStoreError, SessionStoreLockedError
+
+__all__ = [
+    "COMPLETION_STATES",
+    "INTERRUPTED_CHILD_ERROR",
+    "MAX_RESULT_BYTES",
+    "NATIVE_OWNER",
+    "ChildRecord",
+    "ChildStore",
+    "Completion",
+    "Execution",
+    "cut_result",
+]
+
+Completion = Literal["done", "failed", "killed", "timeout"]
+Execution = Literal["queued", "running", "terminal", "interrupted"]
+COMPLETION_STATES: Final[frozenset[str]] = frozenset({"done", "failed", "killed", "timeout"})
+
+#: The owner recorded on every native child's session: no chat, channel, hook or plugin run can land in one.
+NATIVE_OWNER: Final = "native"
+#: The complete final answer a completion keeps (UTF-8 bytes); a longer one is cut and marked truncated.
+MAX_RESULT_BYTES: Final = 100_000
+INTERRUPTED_CHILD_ERROR: Final = "interrupted: the gateway stopped while this child was in flight"
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS children (
+        run_id TEXT PRIMARY KEY, child_key TEXT NOT NULL, agent_id TEXT NOT NULL,
+        parent_key TEXT NOT NULL, parent_session_id TEXT NOT NULL, parent_run_id TEXT NOT NULL,
+        depth INTEGER NOT NULL, label TEXT, task_name TEXT, context TEXT NOT NULL, blind INTEGER NOT NULL,
+        cleanup TEXT NOT NULL, model TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
+        execution TEXT NOT NULL, completion TEXT, result TEXT, result_truncated INTEGER NOT NULL DEFAULT 0,
+        error TEXT, usage TEXT, ended_at_ms INTEGER, archived_at_ms INTEGER)""",
+    "CREATE INDEX IF NOT EXISTS children_parent ON children (parent_key, created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS children_execution ON children (execution)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS children_child_key ON children (child_key)",
+)
+_COLUMNS: Final = (
+    "run_id, child_key, agent_id, parent_key, parent_session_id, parent_run_id, depth, label, task_name, context, "
+    "blind, cleanup, model, created_at_ms, execution, completion, result, result_truncated, error, usage, "
+    "ended_at_ms, archived_at_ms"
+)
+SCHEMA_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """One native child (see the module docstring). Times are milliseconds since the Unix epoch."""
+
+    run_id: str
+    child_key: str
+    agent_id: str
+    parent_key: str
+    parent_session_id: str
+    parent_run_id: str
+    depth: int
+    label: str | None
+    task_name: str | None
+    context: Literal["isolated", "fork"]
+    blind: bool
+    cleanup: Literal["keep", "delete"]
+    model: str
+    created_at_ms: int
+    execution: Execution = "queued"
+    completion: Completion | None = None
+    result: str | None = None
+    result_truncated: bool = False
+    error: str | None = None
+    usage: dict[str, int] | None = None
+    ended_at_ms: int | None = None
+    archived_at_ms: int | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the child is still queued or running."""
+        return self.execution in ("queued", "running")
+
+
+def cut_result(text: str) -> tuple[str, bool]:
+    """``text`` cut to :data:`MAX_RESULT_BYTES` UTF-8 bytes (never inside a character), and whether it was cut."""
+    data = text.encode("utf-8")
+    if len(data) <= MAX_RESULT_BYTES:
+        return text, False
+    return data[:MAX_RESULT_BYTES].decode("utf-8", errors="ignore"), True
+
+
+def _row(record: ChildRecord) -> tuple[Any, ...]:
+    return (
+        record.run_id,
+        record.child_key,
+        record.agent_id,
+        record.parent_key,
+        record.parent_session_id,
+        record.parent_run_id,
+        record.depth,
+        record.label,
+        record.task_name,
+        record.context,
+        int(record.blind),
+        record.cleanup,
+        record.model,
+        record.created_at_ms,
+        record.execution,
+        record.completion,
+        record.result,
+        int(record.result_truncated),
+        record.error,
+        None if record.usage is None else json.dumps(record.usage),
+        record.ended_at_ms,
+        record.archived_at_ms,
+    )
+
+
+def _record(row: Sequence[Any]) -> ChildRecord:
+    return ChildRecord(
+        run_id=row[0],
+        child_key=row[1],
+        agent_id=row[2],
+        parent_key=row[3],
+        parent_session_id=row[4],
+        parent_run_id=row[5],
+        depth=int(row[6]),
+        label=row[7],
+        task_name=row[8],
+        context=row[9],
+        blind=bool(row[10]),
+        cleanup=row[11],
+        model=row[12],
+        created_at_ms=int(row[13]),
+        execution=row[14],
+        completion=row[15],
+        result=row[16],
+        result_truncated=bool(row[17]),
+        error=row[18],
+        usage=None if row[19] is None else json.loads(row[19]),
+        ended_at_ms=row[20],
+        archived_at_ms=row[21],
+    )
+
+
+class ChildStore:
+    """The native-child records in one SQLite file, with this object as its only writer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._mutex = threading.RLock()
+
+    def open(self) -> None:
+        """Lock, create or open the database; :class:`SessionStoreLockedError` if another store holds it."""
+        with self._mutex:
+            if self._db is not None:
+                raise SessionStoreError("the child store is already open")
+            ensure_private_dir(self.path.parent)
+            try:
+                lock_fd = take_writer_lock(self.path)
+            except DatabaseLockedError as exc:
+                raise SessionStoreLockedError("another child store holds this database") from exc
+            except DatabaseError as exc:
+                raise SessionStoreError(f"the child store cannot be locked: {exc}") from exc
+            try:
+                self._db = open_database(self.path, _SCHEMA, SCHEMA_VERSION)
+            except (sqlite3.Error, DatabaseError) as exc:
+                os.close(lock_fd)
+                raise SessionStoreError("the child database cannot be used") from exc
+            self._lock_fd = lock_fd
+
+    def close(self) -> None:
+        """Close the database and release the lock. Idempotent."""
+        with self._mutex:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    @contextlib.contextmanager
+    def _connection(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        with self._mutex:
+            db = self._db
+            if db is None:
+                raise SessionStoreError("the child store is not open")
+            try:
+                if write:
+                    with immediate_transaction(db):
+                        yield db
+                else:
+                    yield db
+            except sqlite3.Error as exc:
+                raise SessionStoreError("the child database cannot be used") from exc
+
+    def add(self, record: ChildRecord) -> None:
+        """Record a new child (``queued``)."""
+        with self._connection(write=True) as db:
+            db.execute(f"INSERT INTO children ({_COLUMNS}) VALUES ({','.join('?' * 22)})", _row(record))
+
+    def mark_running(self, run_id: str) -> None:
+        """The child's run left the queue."""
+        with self._connection(write=True) as db:
+            db.execute("UPDATE children SET execution='running' WHERE run_id=? AND execution='queued'", (run_id,))
+
+    def complete(
+        self,
+        run_id: str,
+        completion: Completion,
+        *,
+        result: str,
+        error: str | None,
+        usage: dict[str, int] | None,
+        ended_at_ms: int,
+    ) -> ChildRecord | None:
+        """Record the child's completion (once: a child already ended keeps its first); the record after."""
+        text, truncated = cut_result(result)
+        with self._connection(write=True) as db:
+            db.execute(
+                "UPDATE children SET execution='terminal', completion=?, result=?, result_truncated=?, error=?, "
+                "usage=?, ended_at_ms=? WHERE run_id=? AND completion IS NULL",
+                (
+                    completion,
+                    text,
+                    int(truncated),
+                    error,
+                    None if usage is None else json.dumps(usage),
+                    ended_at_ms,
+                    run_id,
+                ),
+            )
+            row = db.execute(f"SELECT {_COLUMNS} FROM children WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def get(self, run_id: str) -> ChildRecord | None:
+        """The record of ``run_id``, or ``None``."""
+        with self._connection(write=False) as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM children WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def by_child_key(self, child_key: str) -> ChildRecord | None:
+        """The child whose session is ``child_key``, or ``None`` (a session that is no native child)."""
+        with self._connection(write=False) as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM children WHERE child_key=?", (child_key,)).fetchone()
+        return None if row is None else _record(row)
+
+    def for_parent(self, parent_key: str, *, limit: int = 200) -> list[ChildRecord]:
+        """The children spawned for ``parent_key`` (every incarnation), newest first, at most ``limit``."""
+        with self._connection(write=False) as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM children WHERE parent_key=? ORDER BY created_at_ms DESC, run_id DESC LIMIT ?",
+                (parent_key, limit),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def active_count(self, parent_key: str) -> int:
+        """How many of ``parent_key``'s children are queued or running."""
+        with self._connection(write=False) as db:
+            row = db.execute(
+                "SELECT COUNT(*) FROM children WHERE parent_key=? AND execution IN ('queued', 'running')",
+                (parent_key,),
+            ).fetchone()
+        return int(row[0])
+
+    def recover(self, now_ms: int) -> list[str]:
+        """At start-up: every child left queued or running becomes ``interrupted`` with completion ``failed``."""
+        with self._connection(write=True) as db:
+            rows = db.execute("SELECT run_id FROM children WHERE execution IN ('queued', 'running')").fetchall()
+            db.execute(
+                "UPDATE children SET execution='interrupted', completion='failed', error=?, result=COALESCE(result, ''), "
+                "ended_at_ms=? WHERE execution IN ('queued', 'running')",
+                (INTERRUPTED_CHILD_ERROR, now_ms),
+            )
+        return [str(row[0]) for row in rows]
+
+    def due_for_archive(self, *, ended_before_ms: int) -> list[ChildRecord]:
+        """Ended children not archived yet whose end is before ``ended_before_ms`` (or that asked for cleanup
+        ``delete``, as soon as they ended)."""
+        with self._connection(write=False) as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM children WHERE archived_at_ms IS NULL AND ended_at_ms IS NOT NULL "
+                "AND (ended_at_ms < ? OR cleanup='delete') ORDER BY ended_at_ms",
+                (ended_before_ms,),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def mark_archived(self, run_id: str, now_ms: int) -> None:
+        """The child's session was archived."""
+        with self._connection(write=True) as db:
+            db.execute("UPDATE children SET archived_at_ms=? WHERE run_id=?", (now_ms, run_id))

@@ -137,11 +137,14 @@ async def test_spawn_then_collect_returns_the_childs_complete_answer(gateway_fac
     assert receipt["status"] == "accepted"
     assert receipt["childSessionKey"].startswith("agent:main:subagent:")
     assert receipt["sessionKey"] == receipt["childSessionKey"]
-    assert receipt["mode"] == "run" and receipt["context"] == "isolated"
+    assert receipt["mode"] == "run"
+    assert receipt["context"] == "isolated"
     assert receipt["expectsCompletionMessage"] is False
-    assert receipt["resolvedModel"] == "fake/fake-model" and receipt["resolvedProvider"] == "fake"
+    assert receipt["resolvedModel"] == "fake/fake-model"
+    assert receipt["resolvedProvider"] == "fake"
     state = await wait_call(gateway, [receipt["runId"]], 10)
-    assert state["pending"] == [] and "errors" not in state
+    assert state["pending"] == []
+    assert "errors" not in state
     [done] = state["completed"]
     assert done["runId"] == receipt["runId"]
     assert done["status"] == "done"
@@ -152,7 +155,9 @@ async def test_spawn_then_collect_returns_the_childs_complete_answer(gateway_fac
     # The child got its task as a [Subagent Task] message, on the subagent lane, in its own session.
     child = await gateway.client.request("chat.history", {"sessionKey": receipt["childSessionKey"]})
     first = child["payload"]["messages"][0]
-    assert first["role"] == "user" and "[Subagent Task]" in first["content"] and "CHILD-A" in first["content"]
+    assert first["role"] == "user"
+    assert "[Subagent Task]" in first["content"]
+    assert "CHILD-A" in first["content"]
 
 
 async def test_pending_is_not_failure_and_a_bounded_wait_returns(gateway_factory: Any) -> None:
@@ -176,7 +181,8 @@ async def test_unknown_ids_and_a_reset_parent_cannot_read_results(gateway_factor
     after = (await gateway.client.request("chat.history", {"sessionKey": KEY}))["payload"]["sessionId"]
     assert after != before
     state = await wait_call(gateway, [receipt["runId"]], 1)
-    assert state["completed"] == [] and state["pending"] == []
+    assert state["completed"] == []
+    assert state["pending"] == []
     assert state["errors"] == [{"runId": receipt["runId"], "error": "not_owner"}]
     assert state["success"] is False
 
@@ -188,7 +194,7 @@ async def test_max_spawn_depth_forbids_a_child_from_spawning(gateway_factory: An
     assert state["completed"][0]["status"] == "done", state
     child_run = state["completed"][0]["sessionKey"]
     history = await gateway.client.request("chat.history", {"sessionKey": child_run})
-    tool = [m for m in history["payload"]["messages"] if m["role"] == "tool"][0]
+    tool = next(m for m in history["payload"]["messages"] if m["role"] == "tool")
     refusal = json.loads(tool["content"][0]["text"])
     assert refusal["status"] == "forbidden"
     assert "depth" in refusal["error"]
@@ -317,8 +323,10 @@ async def test_native_children_are_one_shot_and_others_sessions_are_invisible(ga
     ]
     gateway.script([{"match_user": "TOOLS-", "tool_calls": calls}, {"match_user": "TOOLS-", "reply": "ok"}])
     _, (send, history, other, listing, steer) = await gateway.turn("TOOLS- use the session tools")
-    assert send["status"] == "forbidden" and "one-shot" in send["error"]
-    assert history["sessionKey"] == child and history["messages"]
+    assert send["status"] == "forbidden"
+    assert "one-shot" in send["error"]
+    assert history["sessionKey"] == child
+    assert history["messages"]
     assert other["status"] == "forbidden"
     assert {s["key"] for s in listing["sessions"]} == {KEY, child}
     assert steer["status"] == "forbidden"
@@ -333,7 +341,8 @@ async def test_blind_requires_isolated_context(gateway_factory: Any) -> None:
         ]
     )
     _, [refusal] = await gateway.turn("PARENT-L blind fork")
-    assert refusal["status"] == "error" and "isolated" in refusal["error"]
+    assert refusal["status"] == "error"
+    assert "isolated" in refusal["error"]
 
 
 async def test_unsupported_spawn_arguments_are_refused_by_name(gateway_factory: Any) -> None:
@@ -350,10 +359,14 @@ async def test_unsupported_spawn_arguments_are_refused_by_name(gateway_factory: 
     gateway.script([{"match_user": "BAD-", "tool_calls": calls}, {"match_user": "BAD-", "reply": "ok"}])
     _, results = await gateway.turn("BAD- spawns")
     assert [r.get("status") for r in results[:4]] == ["error"] * 4
-    assert '"runtime"' in results[0]["error"] and '"visible"' in results[1]["error"]
-    assert results[4]["isError"] is True and "runTimeoutSeconds" in results[4]["text"]
-    assert results[5]["status"] == "error" and "thinking" in results[5]["error"]
-    assert results[6]["isError"] is True and "task" in results[6]["text"]
+    assert '"runtime"' in results[0]["error"]
+    assert '"visible"' in results[1]["error"]
+    assert results[4]["isError"] is True
+    assert "runTimeoutSeconds" in results[4]["text"]
+    assert results[5]["status"] == "error"
+    assert "thinking" in results[5]["error"]
+    assert results[6]["isError"] is True
+    assert "task" in results[6]["text"]
     assert gateway.server._children is not None
     assert await asyncio.to_thread(gateway.server._children.for_parent, KEY) == []
 

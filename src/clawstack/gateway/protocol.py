@@ -55,6 +55,7 @@ __all__ = [
     "ProtocolError",
     "RequestFrame",
     "SessionsListParams",
+    "SessionsResetParams",
     "SessionsSubscribeParams",
     "event_frame",
     "granted_scopes",
@@ -91,6 +92,7 @@ METHOD_SCOPES: Final[Mapping[str, str]] = {
     "sessions.list": "operator.read",
     "sessions.messages.subscribe": "operator.read",
     "sessions.messages.unsubscribe": "operator.read",
+    "sessions.reset": "operator.admin",
 }
 
 #: The events a connection may receive.
@@ -296,6 +298,12 @@ class SessionsListParams(_Params):
 
     limit: Annotated[StrictInt, Field(ge=1, le=1000)] = 100
     agentId: NonEmpty | None = None
+
+
+class SessionsResetParams(_Params):
+    """``sessions.reset``: start a new incarnation of one session."""
+
+    key: NonEmpty
 
 
 class SessionsSubscribeParams(_Params):

@@ -87,6 +87,7 @@ from clawstack.gateway.protocol import (
     ProtocolError,
     RequestFrame,
     SessionsListParams,
+    SessionsResetParams,
     SessionsSubscribeParams,
     event_frame,
     granted_scopes,
@@ -595,6 +596,8 @@ class GatewayServer:
             return await self._chat_abort(parse_params(ChatAbortParams, method, frame.params))
         if method == "sessions.list":
             return await self._sessions_list(parse_params(SessionsListParams, method, frame.params))
+        if method == "sessions.reset":
+            return await self._sessions_reset(parse_params(SessionsResetParams, method, frame.params))
         params = parse_params(SessionsSubscribeParams, method, frame.params)
         key = _session_key(params.sessionKey)
         if method == "sessions.messages.subscribe":
@@ -742,6 +745,20 @@ class GatewayServer:
         key = _session_key(params.sessionKey)
         run_ids = await self._require_runs().abort(key, params.runId)
         return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
+
+    async def _sessions_reset(self, params: SessionsResetParams) -> Mapping[str, Any]:
+        """Abort the session's runs and start its new incarnation (a new ``sessionId``, an empty transcript)."""
+        key = _session_key(params.key)
+        store = self._require_store()
+        session = await asyncio.to_thread(store.get, key)
+        if session is None:
+            raise ProtocolError("INVALID_REQUEST", f"no session has the key {key}")
+        if session.owner is not None:
+            raise ProtocolError("FORBIDDEN", "the session belongs to someone else")
+        await self._require_runs().abort(key)
+        fresh = await asyncio.to_thread(store.reset, key)
+        entry = {"sessionId": fresh.session_id, "createdAt": fresh.created_at_ms, "updatedAt": fresh.updated_at_ms}
+        return {"ok": True, "key": key, "entry": entry}
 
     async def _sessions_list(self, params: SessionsListParams) -> Mapping[str, Any]:
         store = self._require_store()

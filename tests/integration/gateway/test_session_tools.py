@@ -420,3 +420,26 @@ async def test_new_starts_a_new_incarnation_with_its_answer_first(gateway_factor
         "/new",
         "✅ New session started.",
     ]
+
+
+async def test_sessions_reset_needs_admin_and_starts_a_new_incarnation(gateway_factory: Any) -> None:
+    gateway = await gateway_factory()
+    gateway.script([{"reply": "hello"}])
+    await gateway.turn("hi")
+    before = (await gateway.client.request("chat.history", {"sessionKey": KEY}))["payload"]["sessionId"]
+    async with aiohttp.ClientSession() as http:
+        writer = await connected(http, gateway.server.port, scopes=["operator.write"])
+        refused = await writer.request("sessions.reset", {"key": KEY})
+        assert refused["error"]["code"] == "FORBIDDEN"
+        assert refused["error"]["details"]["missingScope"] == "operator.admin"
+    res = await gateway.client.request("sessions.reset", {"key": KEY})
+    assert res["payload"]["ok"] is True
+    assert res["payload"]["key"] == KEY
+    assert res["payload"]["entry"]["sessionId"] != before
+    history = await gateway.client.request("chat.history", {"sessionKey": KEY})
+    assert history["payload"]["sessionId"] == res["payload"]["entry"]["sessionId"]
+    assert history["payload"]["messages"] == []
+    unknown = await gateway.client.request("sessions.reset", {"key": "agent:main:channel:webhook:nobody"})
+    assert unknown["error"]["code"] == "INVALID_REQUEST"
+    bad = await gateway.client.request("sessions.reset", {"sessionKey": KEY})
+    assert bad["error"]["code"] == "INVALID_REQUEST"

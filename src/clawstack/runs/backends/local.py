@@ -77,6 +77,7 @@ from clawstack.runs.backends.monitor import (
     encode_launch,
     read_json,
 )
+from clawstack.sandbox import system_mounts
 from clawstack.worker.contract import CONFIG_FILE_ENV, MAX_CONFIG_BYTES, WorkerConfigError, parse_worker_config
 
 RUNNER_ARGS: Final = ("-m", "clawstack.worker.oneshot")
@@ -93,7 +94,6 @@ _MONITOR_SCRIPT: Final = str(Path(_monitor.__file__).resolve())
 _INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _POLL_S: Final = 0.01
-_SYSTEM_DIRS: Final = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _MAX_ARGUMENT_BYTES: Final = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, less the terminating NUL
 
 
@@ -143,15 +143,9 @@ def _check_spec(spec: WorkerSpec) -> None:
 
 
 def _system_entries() -> tuple[tuple[str, str, str], ...]:
-    """``/usr`` read-only, and the top-level system directories as the host has them (symlinks or binds)."""
-    entries = [("ro-bind", "/usr", "/usr")]
-    for name in _SYSTEM_DIRS:
-        path = Path("/", name)
-        if path.is_symlink():
-            entries.append(("symlink", os.readlink(path), str(path)))
-        elif path.is_dir():
-            entries.append(("ro-bind", str(path), str(path)))
-    return tuple(entries)
+    """``/usr`` read-only, and the top-level system directories as the host has them (symlinks or binds), as
+    the launch plan carries them: ``(kind, source, dest)``."""
+    return tuple((mount.kind, mount.source, mount.dest) for mount in system_mounts())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Why a process of its own: workers outlive the supervisor and are re-adopted afte
 cannot be the supervisor's child (bubblewrap's ``--die-with-parent`` would take it down with the supervisor,
 and nobody else could collect its exit status). ``LocalBackend.spawn`` runs this file as a script
 (``python -P monitor.py``: the supervisor's package stays unloaded, and this module imports nothing from
-clawstack, to keep one monitor per worker small); it forks once more so that init adopts it, and then:
+clawstack but :mod:`clawstack.sandbox.spec`, which needs only the standard library and is loaded by its path, to
+keep one monitor per worker small); it forks once more so that init adopts it, and then:
 
 1. reads its :class:`LaunchPlan`, the task and the runner's configuration from a memory file descriptor (none
    of them is in its argv or environment; the configuration reaches the sandbox by another descriptor);
@@ -28,9 +29,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import importlib
+import importlib.util
 import json
 import os
-import resource
 import selectors
 import signal
 import stat
@@ -41,7 +43,31 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+
+def _sandbox_spec() -> ModuleType:
+    """:mod:`clawstack.sandbox.spec`, which imports only the standard library: imported as usual inside the
+    supervisor, loaded by its file path when this file runs as the monitor, so that the monitor does not load
+    :mod:`clawstack.common` (the HTTP stack) with the package."""
+    name = "clawstack.sandbox.spec"
+    if __name__ != "__main__" or name in sys.modules:
+        return importlib.import_module(name)
+    location = Path(__file__).resolve().parents[2] / "sandbox" / "spec.py"
+    found = importlib.util.spec_from_file_location(name, location)
+    assert found is not None
+    assert found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    found.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from clawstack.sandbox import spec as sandbox_spec
+else:
+    sandbox_spec = _sandbox_spec()
 
 # --- the run directory -----------------------------------------------------------------------------------------
 
@@ -64,7 +90,7 @@ SANDBOX_CONFIG_FILE: Final = "/tmp/claw/config.json"  # noqa: S108 - the sandbox
 SANDBOX_PYTHON: Final = "/opt/claw/python"
 SANDBOX_SOURCE: Final = "/opt/claw/src"
 SANDBOX_SITE: Final = "/opt/claw/site"
-SANDBOX_HOSTNAME: Final = "claw"
+SANDBOX_HOSTNAME: Final = sandbox_spec.SANDBOX_HOSTNAME
 PYTHON_FLAGS: Final = ("-S", "-B", "-P")
 """No ``site`` (only the bound paths count), no bytecode writes, no current directory on ``sys.path``."""
 
@@ -361,29 +387,36 @@ def runner_command(plan: LaunchPlan, task: str) -> list[str]:
 
 
 def bwrap_argv(plan: LaunchPlan, *, sources: Sequence[str], config_fd: int, status_fd: int, task: str) -> list[str]:
-    """bubblewrap's command line for ``plan``; ``sources`` are where each of ``plan.binds`` can be found (staged
-    or as they are).
+    """bubblewrap's command line for ``plan``, by :func:`clawstack.sandbox.spec.bwrap_argv`; ``sources`` are where
+    each of ``plan.binds`` can be found (staged or as they are).
 
     New user (no further ones), PID, IPC, UTS, cgroup and network namespaces: the network namespace has only a
-    loopback of its own, so the proxy socket (one of the binds) is the one way out. No capabilities, ``no_new_privs`` (bubblewrap
-    always sets it), a read-only root, ``/dev`` read-only, a private size-limited tmpfs ``/tmp`` and the
-    configuration as a 0600 file in a 0700 directory of it, a clean environment and a new session.
+    loopback of its own, so the proxy socket (one of the binds) is the one way out. No capabilities,
+    ``no_new_privs`` (bubblewrap always sets it), a read-only root, ``/dev`` read-only, a private size-limited
+    tmpfs ``/tmp`` and the configuration as a 0600 file in a 0700 directory of it, a clean environment and a new
+    session.
     """
     assert plan.bwrap is not None
-    argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
-    argv += ["--cap-drop", "ALL", "--hostname", SANDBOX_HOSTNAME, "--clearenv"]
-    for key, value in sorted(plan.env.items()):
-        argv += ["--setenv", key, value]
-    for kind, source, dest in plan.system:
-        argv += ["--symlink" if kind == "symlink" else "--ro-bind", source, dest]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-    for bind, source in zip(plan.binds, sources, strict=True):
-        argv += ["--ro-bind", source, bind.dest]  # a socket on a read-only mount still takes connections
-    argv += ["--size", str(plan.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own
-    argv += ["--perms", "0700", "--dir", os.path.dirname(SANDBOX_CONFIG_FILE)]
-    argv += ["--perms", "0600", "--file", str(config_fd), SANDBOX_CONFIG_FILE]
-    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--json-status-fd", str(status_fd), "--"]  # noqa: S108
-    return argv + runner_command(plan, task)
+    mounts = [
+        sandbox_spec.symlink(source, dest) if kind == "symlink" else sandbox_spec.ro_bind(source, dest)
+        for kind, source, dest in plan.system
+    ]
+    mounts += [sandbox_spec.proc(), sandbox_spec.dev()]
+    # A socket on a read-only mount still takes connections.
+    mounts += [sandbox_spec.ro_bind(source, bind.dest) for bind, source in zip(plan.binds, sources, strict=True)]
+    mounts += [
+        sandbox_spec.tmpfs("/tmp", plan.tmp_bytes),  # noqa: S108 - the sandbox's own
+        sandbox_spec.directory(os.path.dirname(SANDBOX_CONFIG_FILE), "0700"),
+        sandbox_spec.fd_file(config_fd, SANDBOX_CONFIG_FILE, "0600"),
+    ]
+    spec = sandbox_spec.SandboxSpec(
+        env=plan.env,
+        mounts=mounts,
+        chdir="/tmp",  # noqa: S108 - the sandbox's own
+        hostname=SANDBOX_HOSTNAME,
+        status_fd=status_fd,
+    )
+    return sandbox_spec.bwrap_argv(plan.bwrap, spec, runner_command(plan, task))
 
 
 # --- staging (root only, in the child, before it drops to the sandbox uid) -------------------------------------
@@ -459,7 +492,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def _write_json(path: Path, value: Mapping[str, Any]) -> None:
     """Atomically and durably replace ``path`` (0600): what ``clawstack.common.files.write_private`` does. It is
     not imported because ``clawstack.common`` loads the HTTP stack, which would multiply every monitor's memory
-    (one monitor per worker) several times over; this module imports nothing from clawstack."""
+    (one monitor per worker) several times over; this module imports nothing of clawstack.common."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -578,10 +611,13 @@ class Monitor:
         try:
             if self.cgroups is not None:
                 self.cgroups.join(os.getpid())
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if self.cgroups is None:
-                resource.setrlimit(resource.RLIMIT_AS, (self.plan.memory_bytes, self.plan.memory_bytes))
-                resource.setrlimit(resource.RLIMIT_NPROC, (self.plan.pids, self.plan.pids))
+            if self.cgroups is None:  # cgroups bound memory and processes better; else rlimits do
+                limits = sandbox_spec.ResourceLimits(
+                    address_space_bytes=self.plan.memory_bytes, processes=self.plan.pids
+                )
+            else:
+                limits = sandbox_spec.ResourceLimits()
+            limits.apply()  # core dumps off, in both cases
             if self.plan.isolation == "none":
                 _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
             if stage:

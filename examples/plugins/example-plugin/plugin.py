@@ -7,8 +7,15 @@
   announced on the agent's main session when it is done.
 * ``/mail TEXT``: ``api.runtime.hooks.dispatch_hook_agent_turn`` for a (pretend) e-mail, wrapped as untrusted
   external content; needs ``trust: "trusted"`` or ``"bundled"``.
+* ``/remember TEXT`` and ``/recall``: ``api.store``, the plugin's durable key-value space (it survives a
+  gateway restart and a plugin reload).
+* ``/review``: a command that asks for the ``subagents`` command runtime capability and probes
+  ``ctx.runtime_context.subagents`` at invocation (absent on this gateway, so it says so).
 * A ``before_dispatch`` hook: a chat message starting ``delegate:`` is handed to a tool-less subagent whose
   answer is delivered back to the requester with ``completion_delivery="current-requester"``.
+* A ``before_tool_call`` hook on its own tool: trims the note and refuses one longer than
+  ``plugins.entries["example-plugin"].config.noteLimit`` characters (``api.plugin_config``, default 500); an
+  ``after_tool_call`` hook logs how long each note took.
 
 Enable it with ``plugins.entries["example-plugin"]`` (see ``examples/gateway/gateway.json5``).
 """
@@ -18,17 +25,29 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from clawstack.gateway.plugins import CommandContext, DispatchContext, PluginApi, SubagentError
+from clawstack.gateway.plugins import (
+    AfterToolCallEvent,
+    BeforeToolCallEvent,
+    BeforeToolCallResult,
+    CommandContext,
+    DispatchContext,
+    PluginApi,
+    PluginStoreError,
+    SubagentError,
+)
 
 __all__ = ["register"]
 
 AGENT = "main"
 SMALL_MODEL = "fake/scripted-small"
+MEMORY_KEY = "memory"
 
 
 def register(api: PluginApi) -> None:
-    """Register the plugin's tool, commands and hook."""
+    """Register the plugin's tool, commands and hooks."""
     notes: list[str] = []
+    limit = api.plugin_config.get("noteLimit")
+    note_limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else 500
 
     async def take_note(arguments: dict[str, Any]) -> str:
         notes.append(str(arguments.get("text", "")))
@@ -101,6 +120,37 @@ def register(api: PluginApi) -> None:
             return f"The e-mail turn was refused: {result.reason}"
         return f"The e-mail is being handled as run {result.run_id}."
 
+    async def remember(ctx: CommandContext) -> str:
+        try:
+            memory = await api.store.get(MEMORY_KEY, default=[])
+            memory.append(ctx.args or "(nothing)")
+            await api.store.set(MEMORY_KEY, memory[-20:])
+        except PluginStoreError as exc:
+            return f"Could not remember that ({exc.code})."
+        return f"Remembered ({len(memory[-20:])} items kept)."
+
+    async def recall(ctx: CommandContext) -> str:
+        try:
+            memory = await api.store.get(MEMORY_KEY, default=[])
+        except PluginStoreError as exc:
+            return f"Could not recall ({exc.code})."
+        return "; ".join(memory) if memory else "Nothing remembered yet."
+
+    async def review(ctx: CommandContext) -> str:
+        native = ctx.runtime_context.subagents
+        if native is None:
+            return "Native review is unavailable for this request."
+        return "Native review is available."
+
+    async def check_note(event: BeforeToolCallEvent) -> BeforeToolCallResult | None:
+        text = str(event.params.get("text", "")).strip()
+        if len(text) > note_limit:
+            return BeforeToolCallResult(block=True, block_reason=f"a note may have at most {note_limit} characters")
+        return BeforeToolCallResult(params={"text": text})
+
+    async def log_note(event: AfterToolCallEvent) -> None:
+        api.logger.info("note tool ended in %s ms (error: %s)", event.duration_ms, event.error is not None)
+
     async def delegate(ctx: DispatchContext) -> str | None:
         if not ctx.message.startswith("delegate:"):
             return None
@@ -115,21 +165,14 @@ def register(api: PluginApi) -> None:
             return f"Could not delegate ({exc.code})."
         return "Delegated to a subagent; its answer will follow in this conversation."
 
-    complete = ("subagent.complete",)
-    run = ("subagent.run",)
-    api.register_command(
-        "summarize", summarize, description="Summarize text", accepts_args=True, runtime_capabilities=complete
-    )
-    api.register_command(
-        "research", research, description="Research a question", accepts_args=True, runtime_capabilities=run
-    )
-    api.register_command(
-        "background",
-        background,
-        description="Run a task in the background",
-        accepts_args=True,
-        runtime_capabilities=run,
-    )
+    api.register_command("summarize", summarize, description="Summarize text", accepts_args=True)
+    api.register_command("research", research, description="Research a question", accepts_args=True)
+    api.register_command("background", background, description="Run a task in the background", accepts_args=True)
     api.register_command("mail", mail, description="Handle an e-mail as a hook turn", accepts_args=True)
+    api.register_command("remember", remember, description="Remember a line", accepts_args=True)
+    api.register_command("recall", recall, description="Recall what was remembered")
+    api.register_command("review", review, description="Launch a native review", runtime_capabilities=["subagents"])
     api.register_hook("before_dispatch", delegate)
+    api.register_hook("before_tool_call", check_note, matcher=["example_take_note"])
+    api.register_hook("after_tool_call", log_note, matcher=["example_take_note"])
     api.logger.info("example plugin registered (code identity %s)", api.code_identity)

@@ -38,6 +38,5 @@ def register(api: PluginApi) -> None:
         hello,
         description="Greet someone with a line written by the main agent",
         accepts_args=True,
-        runtime_capabilities=("subagent.complete",) if uses_complete else (),
     )
     api.logger.info("hello plugin registered (code identity %s)", api.code_identity)

@@ -1,7 +1,9 @@
-"""Plugins in a real gateway server: loading at start, and channel text commands over Gateway chat.
+"""Plugins in a real gateway server: loading at start, channel text commands over Gateway chat, capabilities.
 
 A real :class:`GatewayServer` on 127.0.0.1 loads ``examples/plugins/hello`` and a plugin whose ``register`` raises;
-the ``/hello`` command runs ``subagent.complete`` against a real scripted fake model over TCP.
+the ``/hello`` command runs ``subagent.complete`` against a real scripted fake model over TCP. Other servers load
+plugins that ask for command runtime capabilities, declare contracts this gateway does not support, read their
+``plugins.entries.<id>.config``, and are offered capability strings by trust class.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ import json
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
+from clawstack.gateway.config import parse_config
+from clawstack.gateway.plugins import HOOK_AGENT_TURNS
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer, parse_script
 from tests.integration.gateway.test_ws_protocol import API_KEY, KEY, WAIT_S, config_document, connected, make_config
@@ -176,3 +182,94 @@ async def test_serve_plugins_option_logs_failed_plugins(tmp_path: Path, fake: Fa
     assert code == 0
     assert "plugin broken failed: [plugin_load_failed]" in stderr
     assert "plugin hello failed" not in stderr
+
+
+CAPABILITY_PLUGIN = """
+from clawstack.gateway.plugins import CommandCapabilityError
+
+async def review(ctx):
+    native = ctx.runtime_context.subagents
+    if native is None:
+        return "Native review is unavailable for this request."
+    return "native review started"
+
+async def settings(ctx):
+    return "greeting=" + str(CONFIG.get("greeting")) + " tags=" + ",".join(CONFIG.get("tags", ()))
+
+def register(api):
+    global CONFIG
+    CONFIG = api.plugin_config
+    api.register_command("review-pr", review, description="Launch a native review", runtime_capabilities=["subagents"])
+    try:
+        api.register_command(
+            "review-later", review, description="Schedule", runtime_capabilities=["subagents", "scheduledTurns"]
+        )
+    except CommandCapabilityError:
+        api.register_command("review-later", review, description="Schedule (variant)", runtime_capabilities=["subagents"])
+    api.register_command("settings", settings, description="Show the plugin's config")
+"""
+
+
+def plugin_dir(root: Path, plugin_id: str, source: str, contracts: dict[str, Any] | None = None) -> Path:
+    directory = root / plugin_id
+    directory.mkdir(parents=True)
+    manifest: dict[str, Any] = {"id": plugin_id, "version": "1.0.0", "entry": "plugin.py"}
+    if contracts is not None:
+        manifest["contracts"] = contracts
+    (directory / "claw.plugin.json").write_text(json.dumps(manifest))
+    (directory / "plugin.py").write_text(textwrap.dedent(source))
+    return directory
+
+
+async def test_command_capabilities_as_the_spec_writes_them(
+    tmp_path: Path, fake: FakeModelServer, http: aiohttp.ClientSession
+) -> None:
+    contracts = {
+        "subagentProfiles": ["reviewer"],
+        "commandRuntimeCapabilities": ["subagents", "scheduledTurns"],
+        "sessionScheduledTurns": ["requester-command"],
+    }
+    plugin = plugin_dir(tmp_path / "plugins", "reviews", CAPABILITY_PLUGIN, contracts)
+    document = config_document(fake.base_url)
+    document["plugins"] = {"entries": {"reviews": {"config": {"greeting": "hi", "tags": ["a", "b"]}}}}
+    config = parse_config(document, base_dir=tmp_path, environ={})
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=[plugin]) as server:
+        record = {p.id: p for p in server.plugins}["reviews"]
+        assert record.state == "loaded", record.error
+        assert [w.split(":")[0] for w in record.warnings] == [
+            "contracts.sessionScheduledTurns",
+            "contracts.subagentProfiles",
+        ]
+        client = await connected(http, server.port)
+        for run_id, message, answer in (
+            ("run-review", "/review-pr", "Native review is unavailable for this request."),
+            ("run-later", "/review-later", "Native review is unavailable for this request."),
+            ("run-settings", "/settings", "greeting=hi tags=a,b"),
+        ):
+            res = await client.request("chat.send", {"sessionKey": KEY, "message": message, "idempotencyKey": run_id})
+            assert res["ok"] is True, res
+            final = await client.wait_for_chat(run_id, "final")
+            assert final["payload"]["message"]["content"] == [{"type": "text", "text": answer}]
+        assert record.api is not None
+        later = {c.name: c for c in record.api.commands}["review-later"]
+        assert later.description == "Schedule (variant)"
+        await client.ws.close()
+    assert len(fake.requests) == 0
+
+
+async def test_capability_strings_follow_the_trust_class(tmp_path: Path, fake: FakeModelServer) -> None:
+    quiet = "def register(api):\n    pass\n"
+    root = tmp_path / "plugins"
+    paths = [plugin_dir(root, name, quiet) for name in ("core", "official", "random")]
+    document = config_document(fake.base_url)
+    document["plugins"] = {"entries": {"core": {"trust": "bundled"}, "official": {"trust": "trusted"}}}
+    config = parse_config(document, base_dir=tmp_path, environ={})
+    async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=paths) as server:
+        apis = {p.id: p.api for p in server.plugins}
+        for plugin_id in ("core", "official", "random"):
+            assert apis[plugin_id] is not None
+        assert HOOK_AGENT_TURNS in apis["core"].runtime.capabilities  # type: ignore[union-attr]
+        assert HOOK_AGENT_TURNS in apis["official"].runtime.capabilities  # type: ignore[union-attr]
+        installed = apis["random"].runtime.capabilities  # type: ignore[union-attr]
+        assert HOOK_AGENT_TURNS not in installed
+        assert {"subagent.complete", "subagent.run"} <= installed

@@ -26,6 +26,7 @@ from clawstack.gateway.config import GatewayConfig, parse_config
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.plugins import (
     RESERVED_COMMAND_NAMES,
+    CommandCapabilityError,
     CommandContext,
     CommandRegistrationError,
     LoadedPlugin,
@@ -115,7 +116,7 @@ GOOD: dict[str, Any] = {
     "id": "demo",
     "version": "1.0.0",
     "entry": "plugin.py",
-    "contracts": {"subagentProfiles": ["reviewer"], "commandRuntimeCapabilities": ["subagent.complete"]},
+    "contracts": {"subagentProfiles": ["reviewer"], "commandRuntimeCapabilities": ["subagents"]},
 }
 
 
@@ -168,7 +169,6 @@ BAD_MANIFESTS: list[tuple[str, bytes, list[str]]] = [
         ["entry: no such file in the plugin directory"],
     ),
     ("contracts not object", json.dumps({**GOOD, "contracts": []}).encode(), ["contracts: must be an object"]),
-    ("contracts unknown key", json.dumps(_contracts(profiles=[])).encode(), ["contracts.profiles: unknown key"]),
     (
         "profiles not list",
         json.dumps(_contracts(subagentProfiles="reviewer")).encode(),
@@ -278,8 +278,18 @@ def test_good_manifest(tmp_path: Path) -> None:
     manifest, data = read_manifest(tmp_path)
     assert (manifest.id, manifest.version, manifest.entry) == ("demo", "1.0.0", "plugin.py")
     assert manifest.contracts.subagent_profiles == ("reviewer",)
-    assert manifest.contracts.command_runtime_capabilities == ("subagent.complete",)
+    assert manifest.contracts.command_runtime_capabilities == ("subagents",)
+    assert manifest.contracts.unknown_keys == ()
     assert data == raw
+
+
+def test_unknown_contract_keys_are_recorded_not_refused(tmp_path: Path) -> None:
+    document = _contracts(sessionScheduledTurns=["requester-command"], commandRuntimeCapabilities=["subagents"])
+    (tmp_path / "claw.plugin.json").write_text(json.dumps(document))
+    (tmp_path / "plugin.py").write_text("")
+    manifest, _ = read_manifest(tmp_path)
+    assert manifest.contracts.unknown_keys == ("sessionScheduledTurns",)
+    assert manifest.contracts.command_runtime_capabilities == ("subagents",)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -458,6 +468,29 @@ def test_api_basics(tmp_path: Path, completer: SubagentCompleter) -> None:
     assert not api.retired
 
 
+def test_plugin_config_is_read_only_and_empty_when_absent(tmp_path: Path) -> None:
+    write_plugin(tmp_path, "configured", "def register(api):\n    pass\n")
+    write_plugin(tmp_path, "plain", "def register(api):\n    pass\n")
+    settings = {"greeting": "hi", "limits": {"notes": 3}, "tags": ["a", "b"]}
+    loader = PluginLoader(
+        make_config(tmp_path, {"entries": {"configured": {"config": settings}}}), search_paths=[tmp_path]
+    )
+    loader.load()
+    _, api = loaded(loader, "configured")
+    config = api.plugin_config
+    assert config == {"greeting": "hi", "limits": {"notes": 3}, "tags": ("a", "b")}
+    with pytest.raises(TypeError):
+        config["greeting"] = "changed"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config["limits"]["notes"] = 4
+    settings["greeting"] = "changed later"
+    assert api.plugin_config["greeting"] == "hi"  # captured at load
+    assert dict(loaded(loader, "plain")[1].plugin_config) == {}
+    loader.reload("configured")
+    with pytest.raises(PluginRetiredError):
+        _ = api.plugin_config
+
+
 def test_capabilities_without_a_completer_are_empty(tmp_path: Path) -> None:
     write_plugin(tmp_path, "demo")
     loader = PluginLoader(make_config(tmp_path), search_paths=[tmp_path])
@@ -556,7 +589,9 @@ async def _noop(ctx: CommandContext) -> str:
 
 @pytest.fixture
 def api(tmp_path: Path, completer: SubagentCompleter) -> PluginApi:
-    write_plugin(tmp_path, "demo", "def register(api):\n    pass\n", capabilities=("subagent.complete", "subagents"))
+    write_plugin(
+        tmp_path, "demo", "def register(api):\n    pass\n", capabilities=("subagents", "scheduledTurns", "subagent.run")
+    )
     write_plugin(tmp_path, "other", REGISTER_HELLO)
     loader = PluginLoader(make_config(tmp_path), search_paths=[tmp_path], completer=completer)
     loader.load()
@@ -621,24 +656,106 @@ def test_command_fields_and_runtime_capabilities(api: PluginApi) -> None:
         description="Ask the model",
         require_auth=False,
         accepts_args=True,
-        runtime_capabilities=["subagent.complete"],
+        runtime_capabilities=["subagents"],
     )
     assert (command.plugin_id, command.require_auth, command.accepts_args) == ("demo", False, True)
-    assert command.runtime_capabilities == frozenset({"subagent.complete"})
+    assert command.runtime_capabilities == frozenset({"subagents"})
     default = api.register_command("plain", _noop, description="Plain")
     assert (default.require_auth, default.accepts_args, default.runtime_capabilities) == (True, False, frozenset())
 
 
-def test_runtime_capability_not_declared_in_manifest(api: PluginApi) -> None:
-    with pytest.raises(CommandRegistrationError, match="not declared in the manifest"):
-        api.register_command("x", _noop, description="d", runtime_capabilities=["scheduledTurns"])
+def test_runtime_capability_not_declared_in_manifest(tmp_path: Path) -> None:
+    write_plugin(tmp_path, "bare", "def register(api):\n    pass\n")
+    loader = PluginLoader(make_config(tmp_path), search_paths=[tmp_path])
+    loader.load()
+    _, bare = loaded(loader, "bare")
+    for capability in ("subagents", "scheduledTurns"):
+        with pytest.raises(CommandRegistrationError, match="not declared in the manifest") as caught:
+            bare.register_command("x", _noop, description="d", runtime_capabilities=[capability])
+        assert caught.value.code == "plugin_command_invalid"
+    assert bare.commands == ()
 
 
-def test_runtime_capability_not_supported_by_gateway(api: PluginApi) -> None:
-    # Declared in the manifest, but this gateway does not support it.
-    with pytest.raises(CommandRegistrationError, match="not supported by this gateway"):
-        api.register_command("x", _noop, description="d", runtime_capabilities=["subagents"])
+def test_subagents_registers_on_a_host_without_native_children(api: PluginApi) -> None:
+    """The spec: such a command still registers; at invocation ``ctx.runtime_context.subagents`` is absent."""
+    command = api.register_command("review-pr", _noop, description="d", runtime_capabilities=["subagents"])
+    assert command.runtime_capabilities == frozenset({"subagents"})
+    assert not any(c.startswith("command-native-subagents") for c in api.runtime.capabilities)
+    context = CommandContext("demo", "review-pr", "", authenticated=True)
+    assert context.runtime_context.subagents is None
+    assert context.runtime_context.scheduled_turns is None
+
+
+def test_scheduled_turns_is_refused_at_registration_so_a_variant_can_register(api: PluginApi) -> None:
+    with pytest.raises(CommandCapabilityError, match="not supported by this gateway") as caught:
+        api.register_command("schedule", _noop, description="d", runtime_capabilities=["subagents", "scheduledTurns"])
+    assert caught.value.code == "plugin_capability_unsupported"
+    assert isinstance(caught.value, CommandRegistrationError)
+    assert "scheduledTurns" in caught.value.message
     assert api.commands == ()
+    variant = api.register_command("schedule", _noop, description="d", runtime_capabilities=["subagents"])
+    assert variant.runtime_capabilities == frozenset({"subagents"})
+
+
+@pytest.mark.parametrize("capability", ["subagent.run", "subagent.complete", "sessionScheduledTurns"])
+def test_names_that_are_not_command_runtime_capabilities_are_refused(api: PluginApi, capability: str) -> None:
+    with pytest.raises(CommandRegistrationError, match="not command runtime capabilities") as caught:
+        api.register_command("x", _noop, description="d", runtime_capabilities=[capability])
+    assert "'subagents', 'scheduledTurns'" in caught.value.message
+    if capability.startswith("subagent."):
+        assert "api.runtime.subagent needs no declaration" in caught.value.message
+    assert api.commands == ()
+
+
+def test_unsupported_contracts_do_not_fail_the_plugin(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Unknown contract keys, unknown capability names and subagent profiles are refused alone, with a warning."""
+    source = """
+    from clawstack.gateway.plugins import CommandCapabilityError
+
+    async def handler(ctx):
+        return "ok"
+
+    def register(api):
+        try:
+            api.register_command("resume", handler, description="d", runtime_capabilities=["subagents", "scheduledTurns"])
+        except CommandCapabilityError:
+            api.register_command("resume", handler, description="d", runtime_capabilities=["subagents"])
+    """
+    manifest = {
+        "id": "sched",
+        "version": "1.0.0",
+        "entry": "plugin.py",
+        "contracts": {
+            "subagentProfiles": ["reviewer"],
+            "commandRuntimeCapabilities": ["subagents", "scheduledTurns", "subagent.run"],
+            "sessionScheduledTurns": ["requester-command"],
+        },
+    }
+    write_plugin(tmp_path, "sched", source, manifest=manifest)
+    loader = PluginLoader(make_config(tmp_path), search_paths=[tmp_path])
+    with caplog.at_level(logging.WARNING, logger="clawstack.plugins"):
+        loader.load()
+    record, api = loaded(loader, "sched")
+    command = loader.commands.get("resume")
+    assert command is not None
+    assert command.runtime_capabilities == frozenset({"subagents"})
+    assert len(record.warnings) == 3
+    unknown_key, unknown_capability, profiles = record.warnings
+    assert unknown_key.startswith("contracts.sessionScheduledTurns: not supported by this gateway")
+    assert unknown_capability.startswith("contracts.commandRuntimeCapabilities: ['subagent.run'] are not command")
+    assert profiles.startswith("contracts.subagentProfiles: not supported yet")
+    assert "['reviewer'] are refused" in profiles
+    assert not any("profile" in c for c in api.runtime.capabilities)
+    assert not hasattr(api, "agent")  # no profile registration surface
+    for warning in record.warnings:
+        assert f"plugin sched: {warning}" in caplog.text
+
+
+def test_a_declared_empty_profile_list_gives_no_warning(tmp_path: Path) -> None:
+    write_plugin(tmp_path, "demo", capabilities=("subagents",))
+    loader = PluginLoader(make_config(tmp_path), search_paths=[tmp_path])
+    loader.load()
+    assert loader.get("demo").warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -646,7 +763,8 @@ def test_runtime_capability_not_supported_by_gateway(api: PluginApi) -> None:
     [
         ({"description": ""}, "non-empty description"),
         ({"description": "   "}, "non-empty description"),
-        ({"description": "d", "runtime_capabilities": "subagent.complete"}, "must be a list"),
+        ({"description": "d", "runtime_capabilities": "subagents"}, "must be a list"),
+        ({"description": "d", "runtime_capabilities": [1]}, "must be a list"),
     ],
 )
 def test_other_command_refusals(api: PluginApi, kwargs: dict[str, Any], message: str) -> None:
@@ -669,7 +787,7 @@ def test_example_plugin_loads(tmp_path: Path, completer: SubagentCompleter) -> N
     _, _api = loaded(loader, "hello")
     command = loader.commands.get("hello")
     assert command is not None
-    assert command.runtime_capabilities == frozenset({"subagent.complete"})
+    assert command.runtime_capabilities == frozenset()
     assert command.accepts_args
 
 

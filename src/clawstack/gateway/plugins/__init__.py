@@ -3,13 +3,16 @@
 * :mod:`~clawstack.gateway.plugins.loader`: :class:`PluginLoader` finds, validates and loads plugins, records each
   one's code identity, and reloads one (retiring the old instance's api).
 * :mod:`~clawstack.gateway.plugins.api`: :class:`PluginApi` (``api.id``, ``api.trust``, ``api.code_identity``,
-  ``api.logger``, ``api.runtime``, ``api.register_command``, ``api.register_tool``, ``api.register_hook``) and the
-  plugin error tree.
+  ``api.logger``, ``api.plugin_config``, ``api.store``, ``api.runtime``, ``api.register_command``,
+  ``api.register_tool``, ``api.register_hook``), command runtime capabilities and the plugin error tree.
+* :mod:`~clawstack.gateway.plugins.store`: ``api.store``, each plugin's durable key-value space with a quota.
 * :mod:`~clawstack.gateway.plugins.complete`: ``api.runtime.subagent.complete``, tool-free isolated inference on
   the shared ``subagent`` lane under the plugin's model policy.
 * :mod:`~clawstack.gateway.plugins.subagent`: ``api.runtime.subagent`` (``run``, ``wait_for_run``,
   ``get_session_messages``, ``delete_session``) and the request-bound variant dispatch hooks get.
-* :mod:`~clawstack.gateway.plugins.hooks`: ``before_dispatch`` / ``reply_dispatch`` handlers.
+* :mod:`~clawstack.gateway.plugins.hooks`: the hook registry and ``before_dispatch`` / ``reply_dispatch``.
+* :mod:`~clawstack.gateway.plugins.tool_hooks`: ``before_tool_call`` / ``after_tool_call`` and the functions the
+  agent loop runs them with.
 * :mod:`~clawstack.gateway.plugins.hook_dispatch`: ``api.runtime.hooks.dispatch_hook_agent_turn``.
 
 Errors (every one a :class:`~clawstack.gateway.errors.GatewayError` with a stable ``code``)::
@@ -21,6 +24,12 @@ Errors (every one a :class:`~clawstack.gateway.errors.GatewayError` with a stabl
           ├── PluginNotFoundError           plugin_not_found
           ├── PluginRetiredError            plugin_retired
           ├── CommandRegistrationError      plugin_command_invalid
+          │    └── CommandCapabilityError   plugin_capability_unsupported
+          ├── PluginStoreError              plugin_store_error
+          │    ├── PluginStoreUnavailableError plugin_store_unavailable
+          │    ├── PluginStoreKeyError      plugin_store_key_invalid
+          │    ├── PluginStoreValueError    plugin_store_value_invalid
+          │    └── PluginStoreQuotaError    plugin_store_quota_exceeded
           └── SubagentError                 subagent_error
                ├── SubagentArgumentError    subagent_invalid_argument
                ├── SubagentUnavailableError subagent_unavailable
@@ -36,12 +45,17 @@ Errors (every one a :class:`~clawstack.gateway.errors.GatewayError` with a stabl
 """
 
 from clawstack.gateway.plugins.api import (
+    COMMAND_RUNTIME_CAPABILITIES,
+    DISPATCH_HOOK_NAMES,
     HOOK_NAMES,
     RESERVED_COMMAND_NAMES,
+    TOOL_HOOK_NAMES,
+    CommandCapabilityError,
     CommandContext,
     CommandHandler,
     CommandRegistrationError,
     CommandRegistry,
+    CommandRuntimeContext,
     HookName,
     ModelOverrideRefusedError,
     PluginApi,
@@ -76,6 +90,18 @@ from clawstack.gateway.plugins.loader import (
     code_identity,
     read_manifest,
 )
+from clawstack.gateway.plugins.store import (
+    PLUGIN_STORE,
+    PLUGIN_STORE_FILE,
+    PluginStore,
+    PluginStoreError,
+    PluginStoreKeyError,
+    PluginStoreQuotaError,
+    PluginStoreSpace,
+    PluginStoreUnavailableError,
+    PluginStoreValueError,
+    StoreUsage,
+)
 from clawstack.gateway.plugins.subagent import (
     SUBAGENT_RUN,
     PluginSubagent,
@@ -85,18 +111,37 @@ from clawstack.gateway.plugins.subagent import (
     SubagentRunner,
     WaitResult,
 )
+from clawstack.gateway.plugins.tool_hooks import (
+    AfterToolCallEvent,
+    BeforeToolCallEvent,
+    BeforeToolCallResult,
+    RegisteredToolHook,
+    ToolCallDecision,
+    after_tool_call,
+    before_tool_call,
+)
 
 __all__ = [
+    "COMMAND_RUNTIME_CAPABILITIES",
+    "DISPATCH_HOOK_NAMES",
     "HOOK_AGENT_TURNS",
     "HOOK_NAMES",
     "MANIFEST_NAME",
+    "PLUGIN_STORE",
+    "PLUGIN_STORE_FILE",
     "RESERVED_COMMAND_NAMES",
     "SUBAGENT_COMPLETE",
     "SUBAGENT_RUN",
+    "TOOL_HOOK_NAMES",
+    "AfterToolCallEvent",
+    "BeforeToolCallEvent",
+    "BeforeToolCallResult",
+    "CommandCapabilityError",
     "CommandContext",
     "CommandHandler",
     "CommandRegistrationError",
     "CommandRegistry",
+    "CommandRuntimeContext",
     "CompleteResult",
     "CompletionUsage",
     "DispatchContext",
@@ -117,11 +162,20 @@ __all__ = [
     "PluginNotFoundError",
     "PluginRetiredError",
     "PluginRuntime",
+    "PluginStore",
+    "PluginStoreError",
+    "PluginStoreKeyError",
+    "PluginStoreQuotaError",
+    "PluginStoreSpace",
+    "PluginStoreUnavailableError",
+    "PluginStoreValueError",
     "PluginSubagent",
     "RegisteredCommand",
     "RegisteredHook",
+    "RegisteredToolHook",
     "RequestSubagent",
     "SessionMessages",
+    "StoreUsage",
     "SubagentArgumentError",
     "SubagentCancelledError",
     "SubagentCompleter",
@@ -136,8 +190,11 @@ __all__ = [
     "SubagentTimeoutError",
     "SubagentToolRefusedError",
     "SubagentUnavailableError",
+    "ToolCallDecision",
     "Trust",
     "WaitResult",
+    "after_tool_call",
+    "before_tool_call",
     "code_identity",
     "read_manifest",
 ]

@@ -2,8 +2,18 @@
 
 A :class:`PluginApi` belongs to one loaded instance of one plugin. When the instance is replaced (a reload) or
 unloaded, the api is *retired*: every method and every attribute except ``id``, ``trust``, ``code_identity`` and
-``retired`` raises :class:`PluginRetiredError`, retained references to ``api.runtime`` and
-``api.runtime.subagent`` fail the same way, and in-flight ``subagent.complete`` calls reject with it.
+``retired`` raises :class:`PluginRetiredError`, retained references to ``api.runtime``, ``api.runtime.subagent``
+and ``api.store`` fail the same way, its hooks never run again, and in-flight ``subagent.complete`` calls reject
+with it.
+
+**Command runtime capabilities.** A command may ask for the spec's command runtime capabilities
+(:data:`COMMAND_RUNTIME_CAPABILITIES`: ``subagents``, ``scheduledTurns``), each declared in the manifest's
+``contracts.commandRuntimeCapabilities``. A command asking for ``subagents`` registers on every host; at
+invocation ``ctx.runtime_context.subagents`` is the native spawn/collect runtime where the host provides it for
+that request and ``None`` otherwise (this gateway has no native children, so it is always ``None``). A command
+asking for a capability the host does not support otherwise (``scheduledTurns`` here) is refused at registration
+with :class:`CommandCapabilityError`, so the plugin can register a variant without it. Any other name is refused
+at registration as not a command runtime capability.
 
 Errors (all :class:`~clawstack.gateway.errors.GatewayError`, codes stable)::
 
@@ -13,7 +23,9 @@ Errors (all :class:`~clawstack.gateway.errors.GatewayError`, codes stable)::
           ├── PluginLoadError               plugin_load_failed        the entry could not be imported or registered
           ├── PluginNotFoundError           plugin_not_found
           ├── PluginRetiredError            plugin_retired            the api belongs to a replaced instance
-          ├── CommandRegistrationError      plugin_command_invalid    name rules, reserved, duplicate, capability
+          ├── CommandRegistrationError      plugin_command_invalid    name rules, reserved, duplicate, undeclared
+          │    └── CommandCapabilityError   plugin_capability_unsupported  a capability this host does not offer
+          ├── PluginStoreError              plugin_store_error        ``api.store`` (tree in ``plugins.store``)
           └── SubagentError                 subagent_error
                ├── SubagentArgumentError    subagent_invalid_argument a malformed argument (type, range)
                ├── SubagentUnavailableError subagent_unavailable      no completion runtime is wired
@@ -33,25 +45,35 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args, overload
 
 from clawstack.gateway.errors import ConfigProblem, GatewayError
-from clawstack.gateway.tools import Tool, ToolInvocation, ToolRegistry
+from clawstack.gateway.tools import TOOL_NAME_PATTERN, Tool, ToolInvocation, ToolRegistry
 
 if TYPE_CHECKING:
     from clawstack.gateway.plugins.hook_dispatch import PluginHooks
     from clawstack.gateway.plugins.hooks import DispatchHandler, HookRegistry
+    from clawstack.gateway.plugins.store import PluginStoreSpace
     from clawstack.gateway.plugins.subagent import PluginSubagent
+    from clawstack.gateway.plugins.tool_hooks import AfterToolCallHandler, BeforeToolCallHandler
 
 __all__ = [
     "COMMAND_NAME_PATTERN",
+    "COMMAND_RUNTIME_CAPABILITIES",
+    "DISPATCH_HOOK_NAMES",
     "HOOK_NAMES",
     "RESERVED_COMMAND_NAMES",
+    "TOOL_HOOK_NAMES",
+    "CommandCapabilityError",
     "CommandContext",
     "CommandHandler",
     "CommandRegistrationError",
     "CommandRegistry",
+    "CommandRuntimeCapability",
+    "CommandRuntimeContext",
+    "DispatchHookName",
     "HookName",
     "ModelOverrideRefusedError",
     "PluginApi",
@@ -74,15 +96,33 @@ __all__ = [
     "SubagentTimeoutError",
     "SubagentToolRefusedError",
     "SubagentUnavailableError",
+    "ToolHookName",
     "Trust",
+    "freeze_config",
 ]
 
 Trust = Literal["bundled", "trusted", "installed"]
 
-HookName = Literal["before_dispatch", "reply_dispatch"]
+DispatchHookName = Literal["before_dispatch", "reply_dispatch"]
+ToolHookName = Literal["before_tool_call", "after_tool_call"]
+HookName = Literal[DispatchHookName, ToolHookName]
 
 #: The dispatch hooks a plugin may register, in the order the gateway runs them.
-HOOK_NAMES: Final[tuple[HookName, ...]] = get_args(HookName)
+DISPATCH_HOOK_NAMES: Final[tuple[DispatchHookName, ...]] = get_args(DispatchHookName)
+
+#: The tool hooks a plugin may register (``plugins.tool_hooks``).
+TOOL_HOOK_NAMES: Final[tuple[ToolHookName, ...]] = get_args(ToolHookName)
+
+#: Every hook a plugin may register with ``api.register_hook``.
+HOOK_NAMES: Final[tuple[HookName, ...]] = (*DISPATCH_HOOK_NAMES, *TOOL_HOOK_NAMES)
+
+CommandRuntimeCapability = Literal["subagents", "scheduledTurns"]
+
+#: The command runtime capabilities the spec defines (manifest ``contracts.commandRuntimeCapabilities``).
+COMMAND_RUNTIME_CAPABILITIES: Final[tuple[CommandRuntimeCapability, ...]] = get_args(CommandRuntimeCapability)
+
+#: Command runtime capabilities a command may ask for on a host without them: absent at invocation instead.
+_ABSENT_WHEN_UNSUPPORTED: Final = frozenset({"subagents"})
 
 #: What a command name must match.
 COMMAND_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -132,9 +172,15 @@ class PluginRetiredError(PluginError):
 
 
 class CommandRegistrationError(PluginError):
-    """A command was refused: bad name, reserved name, duplicate, or a runtime capability not granted."""
+    """A command, tool or hook was refused: bad name, reserved name, duplicate, or a capability not declared."""
 
     code = "plugin_command_invalid"
+
+
+class CommandCapabilityError(CommandRegistrationError):
+    """A command asked for a runtime capability this host does not offer (``scheduledTurns`` here)."""
+
+    code = "plugin_capability_unsupported"
 
 
 class SubagentError(PluginError):
@@ -261,6 +307,19 @@ class PluginLifetime:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandRuntimeContext:
+    """``ctx.runtime_context``: the runtimes a command invocation gets for the capabilities it asked for.
+
+    ``subagents`` is the requester-bound native spawn/collect runtime and ``scheduled_turns`` the scheduling
+    runtime; each is ``None`` where this invocation does not get it (not asked for, not eligible, or not offered
+    by the host). This gateway offers neither yet, so both are always ``None``: probe them at invocation.
+    """
+
+    subagents: object | None = None
+    scheduled_turns: object | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CommandContext:
     """What a command handler receives: the text after the command name (``""`` without ``accepts_args``).
 
@@ -268,7 +327,8 @@ class CommandContext:
     the channel's verified sender (``None`` on Gateway chat); ``authenticated`` says whether the sender passed the
     channel's command authorization. ``operator`` is the operator whose authority the command carries: the
     ``"gateway"`` operator on Gateway chat; on a channel, the operator a channel identity link ties an authorized
-    sender to while that operator holds ``operator.admin``; otherwise ``None``.
+    sender to while that operator holds ``operator.admin``; otherwise ``None``. ``runtime_context`` holds the
+    runtimes of the command's runtime capabilities (:class:`CommandRuntimeContext`).
     """
 
     plugin_id: str
@@ -278,6 +338,7 @@ class CommandContext:
     channel: str = "gateway"
     sender_id: str | None = None
     operator: str | None = None
+    runtime_context: CommandRuntimeContext = field(default_factory=CommandRuntimeContext)
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]
@@ -348,7 +409,8 @@ class PluginRuntime:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """The capability strings this gateway supports now, no more."""
+        """The capability strings this gateway offers this plugin now, no more: a capability that is always
+        refused for it (``hooks.dispatch_hook_agent_turn`` for an ``installed`` plugin) is not listed."""
         self._lifetime.check()
         return self._capabilities
 
@@ -363,6 +425,15 @@ class PluginRuntime:
         """``api.runtime.hooks``: ``dispatch_hook_agent_turn`` (bundled and trusted plugins only)."""
         self._lifetime.check()
         return self._hooks
+
+
+def freeze_config(value: Any) -> Any:
+    """A read-only deep copy of a JSON config value: objects become read-only mappings, arrays tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): freeze_config(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze_config(v) for v in value)
+    return value
 
 
 class PluginApi:
@@ -380,16 +451,22 @@ class PluginApi:
         hooks: HookRegistry,
         runtime: PluginRuntime,
         lifetime: PluginLifetime,
+        plugin_config: Mapping[str, Any] | None = None,
+        store: PluginStoreSpace | None = None,
+        supported_command_capabilities: frozenset[str] = frozenset(),
     ) -> None:
         self._id = plugin_id
         self._trust: Trust = trust
         self._code_identity = code_identity
         self._command_capabilities = command_capabilities
+        self._supported_command_capabilities = supported_command_capabilities
         self._commands = commands
         self._tools = tools
         self._hooks = hooks
         self._runtime = runtime
         self._lifetime = lifetime
+        self._plugin_config: Mapping[str, Any] = freeze_config(plugin_config or {})
+        self._store = store
         self._logger = logging.getLogger(f"clawstack.plugins.{plugin_id}")
 
     def __repr__(self) -> str:
@@ -425,6 +502,26 @@ class PluginApi:
         return self._logger
 
     @property
+    def plugin_config(self) -> Mapping[str, Any]:
+        """``plugins.entries.<id>.config`` as captured at load, read-only (arrays as tuples); ``{}`` when absent."""
+        self._lifetime.check()
+        return self._plugin_config
+
+    @property
+    def store(self) -> PluginStoreSpace:
+        """``api.store``: this plugin's durable key-value space (``plugins.store``).
+
+        Raises :class:`~clawstack.gateway.plugins.store.PluginStoreUnavailableError` when this gateway keeps no
+        plugin store (``"store"`` is then not in ``api.runtime.capabilities``).
+        """
+        self._lifetime.check()
+        if self._store is None:
+            from clawstack.gateway.plugins.store import PluginStoreUnavailableError
+
+            raise PluginStoreUnavailableError("this gateway keeps no plugin store (api.store is not available)")
+        return self._store
+
+    @property
     def runtime(self) -> PluginRuntime:
         """``api.runtime``: capabilities and the subagent runtime."""
         self._lifetime.check()
@@ -449,8 +546,10 @@ class PluginApi:
         """Register the slash command ``name``; raise :class:`CommandRegistrationError` if refused.
 
         ``name`` must match :data:`COMMAND_NAME_PATTERN` and not be in :data:`RESERVED_COMMAND_NAMES` or taken by
-        any plugin. ``runtime_capabilities`` must be declared in the manifest's
-        ``contracts.commandRuntimeCapabilities`` and supported by this gateway (``api.runtime.capabilities``).
+        any plugin. Each of ``runtime_capabilities`` must be one of :data:`COMMAND_RUNTIME_CAPABILITIES`, declared
+        in the manifest's ``contracts.commandRuntimeCapabilities``, and either offered by this gateway or
+        ``subagents`` (which registers everywhere and is absent at invocation where the host lacks it); a
+        capability the host does not offer raises :class:`CommandCapabilityError`.
         """
         self._lifetime.check()
         if not isinstance(name, str) or not COMMAND_NAME_PATTERN.fullmatch(name):
@@ -464,20 +563,7 @@ class PluginApi:
             raise CommandRegistrationError(f"command {name!r}: the handler must be callable")
         if not isinstance(description, str) or not description.strip():
             raise CommandRegistrationError(f"command {name!r}: a non-empty description is required")
-        if isinstance(runtime_capabilities, str):
-            raise CommandRegistrationError(f"command {name!r}: runtime_capabilities must be a list of strings")
-        wanted = frozenset(runtime_capabilities)
-        undeclared = wanted - self._command_capabilities
-        if undeclared:
-            raise CommandRegistrationError(
-                f"command {name!r}: runtime capabilities {sorted(undeclared)} are not declared in the manifest's"
-                " contracts.commandRuntimeCapabilities"
-            )
-        unsupported = wanted - self._runtime.capabilities
-        if unsupported:
-            raise CommandRegistrationError(
-                f"command {name!r}: runtime capabilities {sorted(unsupported)} are not supported by this gateway"
-            )
+        wanted = self._check_runtime_capabilities(name, runtime_capabilities)
         command = RegisteredCommand(
             plugin_id=self._id,
             name=name,
@@ -489,6 +575,36 @@ class PluginApi:
         )
         self._commands.add(command)
         return command
+
+    def _check_runtime_capabilities(self, name: str, capabilities: Iterable[str]) -> frozenset[str]:
+        listed = () if isinstance(capabilities, str) or not isinstance(capabilities, Iterable) else tuple(capabilities)
+        if isinstance(capabilities, str) or not all(isinstance(c, str) for c in listed):
+            raise CommandRegistrationError(f"command {name!r}: runtime_capabilities must be a list of strings")
+        wanted = frozenset(listed)
+        unknown = sorted(wanted.difference(COMMAND_RUNTIME_CAPABILITIES))
+        if unknown:
+            hint = (
+                " (api.runtime.subagent needs no declaration)"
+                if any(c.startswith("subagent.") for c in unknown)
+                else ""
+            )
+            raise CommandRegistrationError(
+                f"command {name!r}: {unknown} are not command runtime capabilities; the known ones are"
+                f" {list(COMMAND_RUNTIME_CAPABILITIES)}{hint}"
+            )
+        undeclared = sorted(wanted - self._command_capabilities)
+        if undeclared:
+            raise CommandRegistrationError(
+                f"command {name!r}: runtime capabilities {undeclared} are not declared in the manifest's"
+                " contracts.commandRuntimeCapabilities"
+            )
+        unsupported = sorted(wanted - self._supported_command_capabilities - _ABSENT_WHEN_UNSUPPORTED)
+        if unsupported:
+            raise CommandCapabilityError(
+                f"command {name!r}: runtime capabilities {unsupported} are not supported by this gateway;"
+                " register a variant without them"
+            )
+        return wanted
 
     def register_tool(
         self,
@@ -516,13 +632,61 @@ class PluginApi:
 
         self._tools.register(Tool(name, description, schema, invoke, owner=self._id))
 
-    def register_hook(self, name: HookName, handler: DispatchHandler) -> None:
-        """Register a ``before_dispatch`` or ``reply_dispatch`` handler (see ``clawstack.gateway.plugins.hooks``)."""
+    @overload
+    def register_hook(self, name: DispatchHookName, handler: DispatchHandler) -> None: ...
+
+    @overload
+    def register_hook(
+        self,
+        name: Literal["before_tool_call"],
+        handler: BeforeToolCallHandler,
+        *,
+        matcher: Iterable[str] | None = None,
+    ) -> None: ...
+
+    @overload
+    def register_hook(
+        self,
+        name: Literal["after_tool_call"],
+        handler: AfterToolCallHandler,
+        *,
+        matcher: Iterable[str] | None = None,
+    ) -> None: ...
+
+    def register_hook(self, name: HookName, handler: Any, *, matcher: Iterable[str] | None = None) -> None:
+        """Register a hook handler: a dispatch hook (``before_dispatch``, ``reply_dispatch``; see
+        ``clawstack.gateway.plugins.hooks``) or a tool hook (``before_tool_call``, ``after_tool_call``; see
+        ``clawstack.gateway.plugins.tool_hooks``).
+
+        ``matcher``, for tool hooks only, is a non-empty list of exact tool names the handler is for; without it
+        the handler sees every tool call.
+        """
         from clawstack.gateway.plugins.hooks import RegisteredHook
+        from clawstack.gateway.plugins.tool_hooks import RegisteredToolHook
 
         self._lifetime.check()
         if name not in HOOK_NAMES:
             raise CommandRegistrationError(f"hook {name!r} is not one of {', '.join(HOOK_NAMES)}")
         if not callable(handler):
             raise CommandRegistrationError(f"hook {name!r}: the handler must be callable")
-        self._hooks.add(RegisteredHook(self._id, name, handler, self._runtime.subagent))
+        if name == "before_dispatch" or name == "reply_dispatch":
+            if matcher is not None:
+                raise CommandRegistrationError(f"hook {name!r}: matcher applies only to tool hooks")
+            self._hooks.add(RegisteredHook(self._id, name, handler, self._runtime.subagent, self._lifetime))
+            return
+        tools = None if matcher is None else _check_matcher(name, matcher)
+        self._hooks.add_tool_hook(RegisteredToolHook(self._id, name, handler, self._lifetime, tools))
+
+
+def _check_matcher(hook: str, matcher: Iterable[str]) -> frozenset[str]:
+    if isinstance(matcher, str) or not isinstance(matcher, Iterable):
+        raise CommandRegistrationError(f"hook {hook!r}: matcher must be a list of tool names")
+    names = list(matcher)
+    if not names:
+        raise CommandRegistrationError(f"hook {hook!r}: matcher must name at least one tool (omit it for all)")
+    for tool in names:
+        if not isinstance(tool, str) or not TOOL_NAME_PATTERN.fullmatch(tool):
+            raise CommandRegistrationError(
+                f"hook {hook!r}: matcher entries are exact tool names (1 to 64 of A-Z a-z 0-9 _ -)"
+            )
+    return frozenset(names)

@@ -1,4 +1,9 @@
-"""Dispatch hooks: ``before_dispatch`` and ``reply_dispatch`` handlers plugins register with ``api.register_hook``.
+"""The hook registry, and dispatch hooks: ``before_dispatch`` and ``reply_dispatch`` handlers.
+
+:class:`HookRegistry` holds every hook plugins register with ``api.register_hook``: the dispatch hooks below and
+the tool hooks (``before_tool_call``, ``after_tool_call``) that :mod:`clawstack.gateway.plugins.tool_hooks` runs.
+Handlers run in registration order, which is plugin load order (a reloaded plugin's handlers come after the
+others'); a handler of a retired plugin instance never runs.
 
 When a message arrives on a channel (Gateway chat, a channel adapter) and is not a plugin command, the gateway
 offers it to every ``before_dispatch`` handler, then to every ``reply_dispatch`` handler, in registration order,
@@ -21,12 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from clawstack.gateway.dispatch import Requester
-from clawstack.gateway.plugins.api import HOOK_NAMES, HookName, PluginLifetime
+from clawstack.gateway.plugins.api import DISPATCH_HOOK_NAMES, DispatchHookName, PluginLifetime, ToolHookName
 
 if TYPE_CHECKING:
     from clawstack.gateway.plugins.subagent import PluginSubagent, RequestSubagent
+    from clawstack.gateway.plugins.tool_hooks import RegisteredToolHook
 
-__all__ = ["HOOK_NAMES", "DispatchContext", "DispatchHandler", "HookName", "HookRegistry", "RegisteredHook"]
+__all__ = ["DispatchContext", "DispatchHandler", "HookRegistry", "RegisteredHook"]
 
 _log = logging.getLogger(__name__)
 
@@ -35,7 +41,7 @@ _log = logging.getLogger(__name__)
 class DispatchContext:
     """What a dispatch hook handler receives (see the module docstring)."""
 
-    hook: HookName
+    hook: DispatchHookName
     plugin_id: str
     session_key: str
     agent_id: str
@@ -53,40 +59,61 @@ DispatchHandler = Callable[[DispatchContext], Awaitable[str | None]]
 
 @dataclass(frozen=True, slots=True)
 class RegisteredHook:
-    """One handler a plugin registered, with the plugin's subagent runtime for request-bound calls."""
+    """One dispatch handler a plugin registered, with the plugin's subagent runtime for request-bound calls."""
 
     plugin_id: str
-    name: HookName
+    name: DispatchHookName
     handler: DispatchHandler
     subagent: PluginSubagent
+    lifetime: PluginLifetime
 
 
 class HookRegistry:
-    """The dispatch hooks of every loaded plugin, per hook name in registration order."""
+    """The hooks of every loaded plugin, per hook name in registration order."""
 
     def __init__(self) -> None:
         self._hooks: list[RegisteredHook] = []
+        self._tool_hooks: list[RegisteredToolHook] = []
 
     def add(self, hook: RegisteredHook) -> None:
-        """Add ``hook`` after the ones already registered."""
+        """Add the dispatch hook ``hook`` after the ones already registered."""
         self._hooks.append(hook)
+
+    def add_tool_hook(self, hook: RegisteredToolHook) -> None:
+        """Add the tool hook ``hook`` after the ones already registered."""
+        self._tool_hooks.append(hook)
 
     def remove_plugin(self, plugin_id: str) -> None:
         """Drop every hook ``plugin_id`` registered."""
         self._hooks = [h for h in self._hooks if h.plugin_id != plugin_id]
+        self._tool_hooks = [h for h in self._tool_hooks if h.plugin_id != plugin_id]
 
-    def handlers(self, name: HookName) -> tuple[RegisteredHook, ...]:
-        """The handlers for ``name``, in registration order."""
-        return tuple(h for h in self._hooks if h.name == name)
+    def handlers(self, name: DispatchHookName) -> tuple[RegisteredHook, ...]:
+        """The live dispatch handlers for ``name``, in registration order."""
+        return tuple(h for h in self._hooks if h.name == name and not h.lifetime.retired)
+
+    def tool_handlers(self, name: ToolHookName, tool_name: str) -> tuple[RegisteredToolHook, ...]:
+        """The live ``name`` handlers whose matcher admits ``tool_name``, in registration order."""
+        return tuple(
+            h
+            for h in self._tool_hooks
+            if h.name == name and not h.lifetime.retired and (h.matcher is None or tool_name in h.matcher)
+        )
 
     def has_dispatch_hooks(self) -> bool:
         """Whether any plugin registered a dispatch hook."""
         return bool(self._hooks)
 
+    def has_tool_hooks(self) -> bool:
+        """Whether any plugin registered a tool hook."""
+        return bool(self._tool_hooks)
+
     async def dispatch(self, requester: Requester, message: str) -> tuple[RegisteredHook, str] | None:
         """Offer ``message`` to every handler in turn; the first claim wins: ``(hook, reply)``, else ``None``."""
-        for name in HOOK_NAMES:
+        for name in DISPATCH_HOOK_NAMES:
             for hook in self.handlers(name):
+                if hook.lifetime.retired:
+                    continue  # retired while an earlier handler ran
                 scope = PluginLifetime(hook.plugin_id)
                 ctx = DispatchContext(
                     hook=name,

@@ -3,16 +3,29 @@
 A plugin is a directory holding ``claw.plugin.json``::
 
     {"id": "hello", "version": "1.0.0", "entry": "plugin.py",
-     "contracts": {"subagentProfiles": [], "commandRuntimeCapabilities": ["subagent.complete"]}}
+     "contracts": {"subagentProfiles": [], "commandRuntimeCapabilities": ["subagents"]}}
 
 :class:`PluginLoader` looks in ``plugins.load.paths`` and its own ``search_paths``; each path is a plugin
-directory or a directory of plugin directories. For every plugin found it validates the manifest (unknown keys
-refused, precise key paths), skips it when ``plugins.entries.<id>.enabled`` is false, captures its source and
-computes its **code identity** (:func:`code_identity`), executes the captured entry source as a module of its own
-(a fresh module name per load), and calls ``register(api)`` once. A plugin whose manifest is invalid, whose entry
-cannot be imported, or whose ``register`` raises is reported ``failed`` with the error's code and message, and
-contributes no commands; the other plugins load. :meth:`PluginLoader.reload` retires the old instance's api
-(see :mod:`clawstack.gateway.plugins.api`) and loads a new instance with a new api.
+directory or a directory of plugin directories. For every plugin found it validates the manifest (unknown
+top-level keys refused, precise key paths), skips it when ``plugins.entries.<id>.enabled`` is false, captures its
+source and computes its **code identity** (:func:`code_identity`), executes the captured entry source as a module
+of its own (a fresh module name per load), and calls ``register(api)`` once. A plugin whose manifest is invalid,
+whose entry cannot be imported, or whose ``register`` raises is reported ``failed`` with the error's code and
+message, and contributes no commands; the other plugins load. :meth:`PluginLoader.reload` retires the old
+instance's api (see :mod:`clawstack.gateway.plugins.api`) and loads a new instance with a new api.
+
+**Contracts this gateway does not support** never fail the plugin; each is named in a warning (logged, and kept
+in :attr:`LoadedPlugin.warnings`) and only what needs it is refused:
+
+* an unknown ``contracts`` key (``sessionScheduledTurns``, …) is recorded as unsupported;
+* a ``commandRuntimeCapabilities`` entry that is not a command runtime capability (``subagents``,
+  ``scheduledTurns``) is recorded, and a command asking for it is refused at registration;
+* a non-empty ``subagentProfiles`` is refused: subagent profiles are not supported yet, so the plugin gets
+  neither the profile registration surface nor the ``native-subagent-profiles-v1`` capability.
+
+Each plugin's ``api.runtime.capabilities`` lists what is offered to it: ``subagent.complete`` and
+``subagent.run`` when wired, ``hooks.dispatch_hook_agent_turn`` when wired and the plugin is ``bundled`` or
+``trusted``, and ``store`` when the loader has a :class:`~clawstack.gateway.plugins.store.PluginStore`.
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from pydantic.alias_generators import to_camel
 from clawstack.gateway.config import GatewayConfig, PluginEntry, PluginId, _problems_from_pydantic
 from clawstack.gateway.errors import ConfigProblem
 from clawstack.gateway.plugins.api import (
+    COMMAND_RUNTIME_CAPABILITIES,
     CommandRegistry,
     PluginApi,
     PluginError,
@@ -49,6 +63,7 @@ from clawstack.gateway.plugins.api import (
 from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, SubagentCompleter
 from clawstack.gateway.plugins.hook_dispatch import HOOK_AGENT_TURNS, HookDispatcher, PluginHooks
 from clawstack.gateway.plugins.hooks import HookRegistry
+from clawstack.gateway.plugins.store import PLUGIN_STORE, PluginStore, PluginStoreSpace
 from clawstack.gateway.plugins.subagent import SUBAGENT_RUN, PluginSubagent, SubagentRunner
 from clawstack.gateway.tools import ToolRegistry
 
@@ -64,6 +79,7 @@ __all__ = [
     "PluginState",
     "bundled_identity",
     "code_identity",
+    "contract_warnings",
     "process_build_info",
     "read_manifest",
 ]
@@ -120,7 +136,11 @@ class _Manifest(BaseModel):
 
 
 class PluginContracts(_Manifest):
-    """``contracts``: what the plugin declares it will use."""
+    """``contracts``: what the plugin declares it will use; keys this gateway does not know are kept aside."""
+
+    model_config = ConfigDict(
+        extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=False, hide_input_in_errors=True
+    )
 
     subagent_profiles: Annotated[
         tuple[Annotated[StrictStr, AfterValidator(_check_profile)], ...], AfterValidator(_unique)
@@ -128,6 +148,11 @@ class PluginContracts(_Manifest):
     command_runtime_capabilities: Annotated[
         tuple[Annotated[StrictStr, AfterValidator(_check_capability)], ...], AfterValidator(_unique)
     ] = ()
+
+    @property
+    def unknown_keys(self) -> tuple[str, ...]:
+        """The ``contracts`` keys this gateway does not know, sorted."""
+        return tuple(sorted(self.model_extra or {}))
 
 
 class PluginManifest(_Manifest):
@@ -273,7 +298,8 @@ class LoadedPlugin:
     """One plugin as the loader found it: ``loaded`` (with its ``api``), ``failed`` (with ``error``) or ``disabled``.
 
     ``error`` is ``{"code", "message"}``; ``id`` is the manifest's id, or the directory name when the manifest
-    could not be read.
+    could not be read. ``warnings`` names each declared contract this gateway does not support (see the module
+    docstring).
     """
 
     id: str
@@ -284,6 +310,7 @@ class LoadedPlugin:
     code_identity: str | None = None
     error: dict[str, str] | None = None
     api: PluginApi | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -297,7 +324,8 @@ class PluginLoader:
     """Loads the plugins of one gateway; see the module docstring.
 
     ``completer`` runs ``api.runtime.subagent.complete`` for every plugin (one shared lane); without it the
-    capability is not advertised and calls raise ``subagent_unavailable``. ``commands`` defaults to a new
+    capability is not advertised and calls raise ``subagent_unavailable``. ``store`` backs every plugin's
+    ``api.store``; without it ``api.store`` raises ``plugin_store_unavailable``. ``commands`` defaults to a new
     :class:`CommandRegistry`.
     """
 
@@ -313,6 +341,7 @@ class PluginLoader:
         tools: ToolRegistry | None = None,
         hooks: HookRegistry | None = None,
         build: BuildInfo | None = None,
+        store: PluginStore | None = None,
     ) -> None:
         self._config = config
         self._build = build
@@ -320,6 +349,7 @@ class PluginLoader:
         self._completer = completer
         self._runner = runner
         self._hook_dispatcher = hook_dispatcher
+        self._store = store
         self.commands = commands or CommandRegistry()
         self.tools = tools if tools is not None else ToolRegistry()
         self.hooks = hooks if hooks is not None else HookRegistry()
@@ -330,8 +360,16 @@ class PluginLoader:
             capabilities.add(SUBAGENT_RUN)
         if hook_dispatcher is not None:
             capabilities.add(HOOK_AGENT_TURNS)
+        if store is not None:
+            capabilities.add(PLUGIN_STORE)
         self.capabilities: frozenset[str] = frozenset(capabilities)
         self._instances: dict[str, _Instance] = {}
+
+    def capabilities_for(self, trust: Trust) -> frozenset[str]:
+        """What a plugin of ``trust`` is offered: :attr:`capabilities` less what is always refused to it."""
+        if trust in ("bundled", "trusted"):
+            return self.capabilities
+        return self.capabilities - {HOOK_AGENT_TURNS}
 
     @property
     def plugins(self) -> tuple[LoadedPlugin, ...]:
@@ -417,7 +455,7 @@ class PluginLoader:
         lifetime = PluginLifetime(manifest.id)
         runtime = PluginRuntime(
             lifetime,
-            self.capabilities,
+            self.capabilities_for(entry.trust),
             PluginSubagent(manifest.id, lifetime, self._completer, self._runner),
             PluginHooks(manifest.id, entry.trust, lifetime, self._hook_dispatcher),
         )
@@ -431,7 +469,10 @@ class PluginLoader:
             hooks=self.hooks,
             runtime=runtime,
             lifetime=lifetime,
+            plugin_config=entry.config,
+            store=None if self._store is None else PluginStoreSpace(self._store, manifest.id, lifetime),
         )
+        warnings = contract_warnings(manifest.contracts)
         module_name = f"clawstack_plugin_{manifest.id.replace('.', '_').replace('-', '_')}_{uuid.uuid4().hex}"
         record = LoadedPlugin(
             id=manifest.id,
@@ -441,6 +482,7 @@ class PluginLoader:
             trust=entry.trust,
             code_identity=identity,
             api=api,
+            warnings=warnings,
         )
         try:
             self._execute(directory, manifest.entry, sources, module_name, api)
@@ -449,7 +491,7 @@ class PluginLoader:
             self._unregister(manifest.id)
             sys.modules.pop(module_name, None)
             failed = _failed(manifest.id, directory, exc, version=manifest.version, trust=entry.trust)
-            return self._record(_Instance(replace(failed, code_identity=identity), None, None))
+            return self._record(_Instance(replace(failed, code_identity=identity, warnings=warnings), None, None))
         return self._record(_Instance(record, lifetime, module_name))
 
     @staticmethod
@@ -482,9 +524,34 @@ class PluginLoader:
 
     def _record(self, instance: _Instance) -> LoadedPlugin:
         self._instances[instance.record.id] = instance
+        log = logging.getLogger("clawstack.plugins")
+        for warning in instance.record.warnings:
+            log.warning("plugin %s: %s", instance.record.id, warning)
         if instance.record.state == "failed":
             _log_failure(instance.record)
         return instance.record
+
+
+def contract_warnings(contracts: PluginContracts) -> tuple[str, ...]:
+    """One message per declared contract this gateway does not support (see the module docstring)."""
+    warnings = [
+        f"contracts.{key if key.isidentifier() else json.dumps(key)}: not supported by this gateway; recorded as"
+        " unsupported, and whatever needs it is refused"
+        for key in contracts.unknown_keys
+    ]
+    unknown = [c for c in contracts.command_runtime_capabilities if c not in COMMAND_RUNTIME_CAPABILITIES]
+    if unknown:
+        warnings.append(
+            f"contracts.commandRuntimeCapabilities: {unknown} are not command runtime capabilities (known:"
+            f" {list(COMMAND_RUNTIME_CAPABILITIES)}); a command asking for them is refused"
+        )
+    if contracts.subagent_profiles:
+        warnings.append(
+            "contracts.subagentProfiles: not supported yet (subagent profiles are not available on this gateway);"
+            f" the declared profiles {list(contracts.subagent_profiles)} are refused and the plugin gets no"
+            " profile surface"
+        )
+    return tuple(warnings)
 
 
 def _failed(

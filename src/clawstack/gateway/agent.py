@@ -53,17 +53,21 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, split_model_ref
 from clawstack.gateway.custody import NATIVE_OWNER
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
-from clawstack.gateway.tools import ToolError, ToolInvocation, ToolPolicy, ToolRegistry
+from clawstack.gateway.tools import Tool, ToolError, ToolInvocation, ToolPolicy, ToolRegistry
 from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, ToolCall
+
+if TYPE_CHECKING:
+    from clawstack.gateway.plugins.hooks import HookRegistry
 
 __all__ = [
     "MAX_TOOL_ROUNDS",
@@ -277,10 +281,12 @@ class AgentLoop:
         registry: ToolRegistry,
         *,
         llm_factory: LLMFactory = default_llm_factory,
+        hooks: HookRegistry | None = None,
     ) -> None:
         self._config = config
         self._store = store
         self._registry = registry
+        self._hooks = hooks
         self._llm_factory = llm_factory
         self._clients: dict[str, LLMClient] = {}
         self._clients_lock = asyncio.Lock()
@@ -635,6 +641,44 @@ class _Turn:
             return f"error: the tool {json.dumps(name)} is not available", True
         if not isinstance(arguments, dict):
             return "error: the arguments are not a JSON object", True
+        hooks = self.loop._hooks
+        if hooks is None or not hooks.has_tool_hooks():
+            return await self._invoke(tool, arguments, tool_call_id)
+        # Imported here: the plugin runtime imports this module.
+        from clawstack.gateway.plugins.tool_hooks import (
+            AfterToolCallEvent,
+            BeforeToolCallEvent,
+            after_tool_call,
+            before_tool_call,
+        )
+
+        ids = {"run_id": self.run_id, "tool_call_id": tool_call_id, "session_key": self.session_key}
+        decision = await before_tool_call(
+            hooks,
+            BeforeToolCallEvent(tool_name=name, params=arguments, agent_id=self.agent_id, **ids),
+            schema=tool.parameters,
+            allowed_tools=allowed,
+        )
+        if decision.blocked:
+            return f"error: {decision.reason}", True
+        started = time.monotonic()
+        text, is_error = await self._invoke(tool, decision.params, tool_call_id)
+        await after_tool_call(
+            hooks,
+            AfterToolCallEvent(
+                tool_name=name,
+                params=decision.params,
+                agent_id=self.agent_id,
+                result=text,
+                error=text if is_error else None,
+                duration_ms=int((time.monotonic() - started) * 1000),
+                **ids,
+            ),
+        )
+        return text, is_error
+
+    async def _invoke(self, tool: Tool, arguments: dict[str, Any], tool_call_id: str) -> tuple[str, bool]:
+        """Run the tool's handler: ``(result text, is_error)``."""
         try:
             invocation = ToolInvocation(
                 self.run_id,

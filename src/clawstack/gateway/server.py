@@ -63,9 +63,12 @@ from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.native import NativeChildren
 from clawstack.gateway.plugins import (
+    PLUGIN_STORE_FILE,
     HookDispatcher,
+    HookRegistry,
     LoadedPlugin,
     PluginLoader,
+    PluginStore,
     RegisteredCommand,
     SubagentCompleter,
     SubagentRunner,
@@ -251,6 +254,7 @@ class GatewayServer:
         self._runs: GatewayRuns | None = None
         self._children: ChildStore | None = None
         self._builtins: BuiltinCommands | None = None
+        self._plugin_store: PluginStore | None = None
         self._natives: NativeChildren | None = None
         self._channels: dict[str, ChannelOutbox] = {}
         self._webhook: WebhookChannel | None = None
@@ -331,7 +335,10 @@ class GatewayServer:
                 # HTTP hook work keeps one slot of the cron budget that plugin hook turns share.
                 reserve_one={"cron"} if self._config.hooks.enabled else frozenset(),
             )
-            self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory)
+            hooks = HookRegistry()
+            plugin_store = self._plugin_store = PluginStore(self._data_dir / PLUGIN_STORE_FILE)
+            await asyncio.to_thread(plugin_store.open)
+            self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory, hooks=hooks)
             runs = self._runs = GatewayRuns(
                 self._config,
                 store,
@@ -358,8 +365,9 @@ class GatewayServer:
                 hook_dispatcher=HookDispatcher(self._config, runs),
                 tools=self._registry,
                 build=process_build_info(),
+                hooks=hooks,
+                store=plugin_store,
             )
-            self._plugins.load()
             app = web.Application()
             app.router.add_get("/", self._handle)
             app.router.add_get("/ws", self._handle)
@@ -374,6 +382,9 @@ class GatewayServer:
             site = web.TCPSite(self._runner, self._config.gateway.bind_host, self._config.gateway.port)
             await site.start()
             self._port = int(self._runner.addresses[0][1])
+            # Plugins load once the socket is up (start-up time is time to listen); loading never yields to the
+            # event loop, so no connection or request is served before every plugin is loaded or failed.
+            self._plugins.load()
         except BaseException:
             # Best-effort shutdown step: release what was opened (the store's lock, the socket), then re-raise.
             await self.stop()
@@ -405,6 +416,8 @@ class GatewayServer:
             await self._webhook.aclose()
         if self._plugins is not None:
             self._plugins.retire_all()
+        if self._plugin_store is not None:
+            await asyncio.to_thread(self._plugin_store.close)
         if self._agent is not None:
             await self._agent.aclose()
         if self._store is not None:
@@ -541,9 +554,9 @@ class GatewayServer:
             "features": {"methods": sorted(METHOD_SCOPES), "events": list(EVENTS)},
             "snapshot": {
                 "sessionDefaults": {
-                    "defaultAgentId": "main",
+                    "defaultAgentId": self._config.default_agent_id,
                     "mainKey": "main",
-                    "mainSessionKey": main_key("main"),
+                    "mainSessionKey": main_key(self._config.default_agent_id),
                     "scope": "per-sender",
                 }
             },
@@ -784,7 +797,7 @@ class GatewayServer:
     async def _hook_agent(self, request: web.Request) -> web.Response:
         """``POST <hooks.path>/agent``: an external trigger's agent turn on the reserved ``cron`` slot.
 
-        Body: ``{message, name?, agentId? = "main", sessionKey? (hook:…), deliver? = true, timeoutSeconds?,
+        Body: ``{message, name?, agentId? = the default agent, sessionKey? (hook:…), deliver? = true, timeoutSeconds?,
         idempotencyKey?}``; ``Authorization: Bearer <hooks.token>``. Answers 202 ``{ok: true, runId}``; 401 for a
         missing or wrong token, 400 ``{ok: false, error}`` for a bad body, 413 past 256 KiB.
         """
@@ -803,7 +816,7 @@ class GatewayServer:
             session_key = body.sessionKey or f"hook:http:{new_uuid()}"
             if not session_key.startswith("hook:"):
                 raise ProtocolError("INVALID_REQUEST", "sessionKey must begin with hook:")
-            agent_id = body.agentId or "main"
+            agent_id = body.agentId or self._config.default_agent_id
             started = await self._require_runs().start_run(
                 RunRequest(
                     session_key=session_key,

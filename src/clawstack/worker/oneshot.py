@@ -45,7 +45,6 @@ RUNNER_MODULES: Final[tuple[str, ...]] = (
     "clawstack.common.files",
     "clawstack.common.ids",
     "clawstack.common.strictjson",
-    "clawstack.common.uds",
     "clawstack.llm",
     "clawstack.llm._parse",
     "clawstack.llm._translate",

@@ -18,7 +18,7 @@ from clawstack import __version__
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.common.ids import new_uuid
 from clawstack.connect.transcript import message_text
-from clawstack.gateway.config import GatewayConfig, load_config
+from clawstack.gateway.config import GatewayConfig, default_state_dir, load_config
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.protocol import PROTOCOL_VERSION
 from clawstack.gateway.server import GatewayServer
@@ -47,7 +47,11 @@ def gateway() -> None:
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Where sessions, transcripts and runs are kept (default: a 'gateway-data' directory beside the config).",
+    help=(
+        "The gateway's state directory: sessions, transcripts, runs, and the workspaces no config key places"
+        " (default: one directory per config file, $CLAW_GATEWAY_HOME/<name>-<hash of the config's path>, where"
+        " $CLAW_GATEWAY_HOME defaults to $XDG_STATE_HOME/clawstack/gateway or ~/.local/state/clawstack/gateway)."
+    ),
 )
 @click.option(
     "--plugins",
@@ -70,13 +74,23 @@ def serve(config_path: Path, data_dir: Path | None, plugin_paths: tuple[Path, ..
     gateway.bind and gateway.port (port 0 picks a free port, which the line shows). Runs a previous process left
     in flight are recorded as interrupted at start-up. Plugins that fail to load are logged on stderr with their
     error code; the gateway still starts.
+
+    State is kept per gateway: without --data-dir, each config file gets its own state directory (see --data-dir),
+    so two gateways whose configs share a folder never collide; one config file serves one gateway at a time.
+    Config keys an OpenClaw config may carry that have no effect here are named in one warning on stderr.
     """
+    directory = data_dir if data_dir is not None else default_state_dir(config_path)
     try:
-        config = load_config(config_path)
+        config = load_config(config_path, state_dir=directory)
     except GatewayError as exc:
         raise click.ClickException(exc.message) from exc
     configure_logging(log_level)
-    directory = data_dir if data_dir is not None else config_path.resolve().parent / "gateway-data"
+    if config.ignored_keys:
+        _log.warning(
+            "config keys with no effect in claw gateway (see docs/gateway-config.md): %s",
+            ", ".join(config.ignored_keys),
+        )
+    _log.info("state directory: %s", directory)
     asyncio.run(_serve(config, directory, plugin_paths))
 
 

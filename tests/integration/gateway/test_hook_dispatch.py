@@ -45,7 +45,7 @@ def make_config(tmp_path: Path, base_url: str, *, hooks: bool = False) -> Any:
             "random": {"trust": "installed"},
         }
     }
-    document["agents"]["entries"] = {"mail": {}}
+    document["agents"]["entries"] = {"main": {"default": True}, "mail": {}}
     document["cron"] = {"maxConcurrent": 2}
     if hooks:
         document["hooks"] = {"enabled": True, "token": HOOK_TOKEN}

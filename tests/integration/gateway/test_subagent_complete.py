@@ -52,7 +52,7 @@ def make_config(
         },
         "agents": {
             "defaults": {"model": {"primary": "fake/primary"}, "subagents": {"maxConcurrent": max_concurrent}},
-            "entries": {"research": {"instructions": INSTRUCTIONS}},
+            "entries": {"main": {"default": True}, "research": {"instructions": INSTRUCTIONS}},
         },
         "gateway": {"port": 0, "auth": {"mode": "token", "token": "gateway-token"}},
         "plugins": {"entries": {"demo": {"subagent": policy}}} if policy is not None else {},

@@ -33,7 +33,7 @@ SECRET = "webhook-secret-0123456789"
 BASE: dict[str, Any] = {
     "gateway": {"auth": {"mode": "token", "token": "gateway-token"}},
     "models": {"providers": {"fake": {"baseUrl": "http://127.0.0.1:18089/v1", "models": [{"id": "scripted"}]}}},
-    "agents": {"defaults": {"model": {"primary": "fake/scripted"}}, "entries": {"ops": {}}},
+    "agents": {"defaults": {"model": {"primary": "fake/scripted"}}, "entries": {"main": {"default": True}, "ops": {}}},
 }
 
 

@@ -17,14 +17,19 @@ from pydantic import ValidationError
 import clawstack.gateway
 from clawstack.gateway import errors as gateway_errors
 from clawstack.gateway.config import (
+    GATEWAY_HOME_ENV,
+    IGNORED_KEY_REASONS,
     IGNORED_KEYS,
     TOOL_GROUPS,
     GatewayConfig,
+    default_state_dir,
     expand_tool_names,
+    gateway_home,
     load_config,
     parse_config,
     split_model_ref,
 )
+from clawstack.gateway.config.openclaw import DROPPED_KEYS
 from clawstack.gateway.errors import (
     GATEWAY_ERROR_CODES,
     GatewayConfigError,
@@ -62,9 +67,12 @@ def _set(doc: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
     return doc
 
 
+STATE = Path("/srv/claw-state")
+
+
 def _parse(doc: dict[str, Any] | str, environ: dict[str, str] | None = None, base_dir: Path = ROOT) -> GatewayConfig:
     text = doc if isinstance(doc, str) else json.dumps(doc)
-    return parse_config(text, base_dir=base_dir, environ={} if environ is None else environ)
+    return parse_config(text, base_dir=base_dir, environ={} if environ is None else environ, state_dir=STATE)
 
 
 def _error(doc: dict[str, Any] | str, environ: dict[str, str] | None = None) -> GatewayConfigError:
@@ -310,6 +318,124 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
         'operators[1].links[0]: channel identity link webhook:"u1" already belongs to operator "alice"',
     ),
     (
+        "agents-both-forms",
+        _set(_set(BASE, "agents.entries.a", {}), "agents.list", [{"id": "b"}]),
+        "agents.list: give the agents as agents.entries or as agents.list, not both",
+    ),
+    ("list-item-id-missing", _set(BASE, "agents.list", [{"name": "x"}]), "agents.list[0].id: required"),
+    (
+        "list-id-duplicate",
+        _set(BASE, "agents.list", [{"id": "a", "default": True}, {"id": "A"}]),
+        'agents.list[1].id: duplicate agent id "a" (also agents.list[0])',
+    ),
+    (
+        "list-id-invalid",
+        _set(BASE, "agents.list", [{"id": "_x"}]),
+        "agents.list[0].id: an agent id must start with a letter or digit, not U+005F",
+    ),
+    (
+        "two-defaults",
+        _set(BASE, "agents.entries", {"a": {"default": True}, "b": {"default": True}}),
+        "agents.entries.b.default: only one agent may be marked default (also agents.entries.a)",
+    ),
+    (
+        "explicit-and-default",
+        _set(_set(BASE, "agents.ownership", "explicit"), "agents.entries", {"a": {"default": True}, "b": {}}),
+        'agents.entries.a.default: cannot be combined with agents.ownership "explicit"',
+    ),
+    (
+        "fleet-without-owner",
+        _set(BASE, "agents.list", [{"id": "a"}, {"id": "b"}]),
+        'agents.ownership: several agents need agents.ownership "explicit" or one agent marked default: true',
+    ),
+    ("ownership-value", _set(BASE, "agents.ownership", "legacy"), 'agents.ownership: must be "explicit"'),
+    ("default-type", _set(BASE, "agents.entries.a", {"default": 1}), "agents.entries.a.default: must be true or false"),
+    (
+        "system-agent-unknown",
+        _set(BASE, "agents.defaults.systemAgent", {"agentId": "nobody"}),
+        'agents.defaults.systemAgent.agentId: unknown agent "nobody"',
+    ),
+    (
+        "allow-agents-unknown",
+        _set(BASE, "agents.entries.a.subagents", {"allowAgents": ["a", "b"]}),
+        'agents.entries.a.subagents.allowAgents[1]: unknown agent "b"',
+    ),
+    (
+        "default-allow-agents-unknown",
+        _set(BASE, "agents.defaults.subagents.allowAgents", ["main", "ghost"]),
+        'agents.defaults.subagents.allowAgents[1]: unknown agent "ghost"',
+    ),
+    (
+        "allow-agents-bad-id",
+        _set(BASE, "agents.entries.a.subagents", {"allowAgents": ["no way"]}),
+        'agents.entries.a.subagents.allowAgents[0]: must be "*" or an agent id: agent id character 2 (U+0020) is not'
+        " allowed: use letters, digits, '_' and '-'",
+    ),
+    (
+        "agent-model-string",
+        _set(BASE, "agents.entries.a.model", "fake/nope"),
+        'agents.entries.a.model.primary: provider "fake" has no model "nope"',
+    ),
+    (
+        "agent-model-string-shape",
+        _set(BASE, "agents.list", [{"id": "a", "model": "scripted"}]),
+        'agents.list[0].model.primary: must be a model reference "provider/model"',
+    ),
+    ("defaults-model-type", _set(BASE, "agents.defaults.model", 3), "agents.defaults.model: must be an object"),
+    (
+        "bootstrap-max-zero",
+        _set(BASE, "agents.entries.a.bootstrapMaxChars", 0),
+        "agents.entries.a.bootstrapMaxChars: must be at least 1",
+    ),
+    (
+        "skip-optional-name",
+        _set(BASE, "agents.defaults.skipOptionalBootstrapFiles", ["AGENTS.md"]),
+        'agents.defaults.skipOptionalBootstrapFiles[0]: must be "SOUL.md", "USER.md", "IDENTITY.md" or "HEARTBEAT.md"',
+    ),
+    (
+        "identity-unknown",
+        _set(BASE, "agents.entries.a.identity", {"nickname": "x"}),
+        "agents.entries.a.identity.nickname: unknown key",
+    ),
+    (
+        "unsupported-agent-sandbox",
+        _set(BASE, "agents.entries.a.sandbox", {"mode": "off"}),
+        "agents.entries.a.sandbox: not supported by claw gateway",
+    ),
+    (
+        "unsupported-list-cwd",
+        _set(BASE, "agents.list", [{"id": "a", "cwd": "/srv"}]),
+        "agents.list[0].cwd: not supported by claw gateway",
+    ),
+    (
+        "unsupported-defaults-heartbeat",
+        _set(BASE, "agents.defaults.heartbeat", {"every": "30m"}),
+        "agents.defaults.heartbeat: not supported by claw gateway",
+    ),
+    (
+        "unsupported-defaults-subagents-model",
+        _set(BASE, "agents.defaults.subagents.requireAgentId", True),
+        "agents.defaults.subagents.requireAgentId: not supported by claw gateway",
+    ),
+    (
+        "unsupported-entry-subagents-model",
+        _set(BASE, "agents.entries.a.subagents", {"model": "fake/small"}),
+        "agents.entries.a.subagents.model: not supported by claw gateway",
+    ),
+    ("unsupported-top-level", _set(BASE, "skills", {}), "skills: not supported by claw gateway"),
+    ("unsupported-logging-audit", _set(BASE, "logging", {"audit": {}}), "logging.audit: not supported by claw gateway"),
+    (
+        "unsupported-logging-redaction",
+        _set(BASE, "logging", {"level": "info", "redactPatterns": ["sk-.*"]}),
+        "logging.redactPatterns: not supported by claw gateway",
+    ),
+    ("typo-is-unknown", _set(BASE, "agents.entries.a.sandbx", {}), "agents.entries.a.sandbx: unknown key"),
+    (
+        "webhook-agent-unknown",
+        _set(BASE, "channels.webhook.agentId", "ops"),
+        'channels.webhook.agentId: unknown agent "ops"',
+    ),
+    (
         "several-problems",
         _set(_set(BASE, "gateway.port", "x"), "cron.extra", 1),
         "cron.extra: unknown key; gateway.port: must be an integer",
@@ -343,6 +469,8 @@ SYNTAX: list[tuple[str, str, str, int | None]] = [
     ("duplicate-key-quoted", '{models: {providers: {"x": {}, x: {}}}}', 'models.providers: duplicate key "x"', None),
     ("nan", "{gateway: {port: NaN}}", "gateway.port: NaN and Infinity are not accepted", None),
     ("infinity", "{cron: {maxConcurrent: -Infinity}}", "cron.maxConcurrent: NaN and Infinity are not accepted", None),
+    ("lone-surrogate", '{gateway: {mode: "x\\ud800"}}', "gateway.mode: a lone UTF-16 surrogate is not text", None),
+    ("lone-surrogate-key", '{gateway: {"\\udc00": 1}}', "gateway: a lone UTF-16 surrogate is not text", None),
 ]
 
 
@@ -434,8 +562,14 @@ def test_defaults_are_filled_in() -> None:
     assert (sub.max_concurrent, sub.max_spawn_depth, sub.max_children_per_agent) == (8, 1, 5)
     assert (sub.run_timeout_seconds, sub.archive_after_minutes) == (600, 60)
     assert defaults.model.fallbacks == ()
-    assert list(config.agents.entries) == ["main"]
+    assert (defaults.bootstrap_max_chars, defaults.bootstrap_total_max_chars) == (20_000, 60_000)
+    assert (defaults.skip_bootstrap, defaults.skip_optional_bootstrap_files, defaults.system_agent) == (False, (), None)
+    assert (config.agents.entries, config.agents.list_, config.agents.ownership) == (None, None, None)
+    assert (config.agent_ids, config.default_agent_id) == (("main",), "main")
     assert config.agent_model("main") == defaults.model
+    main = config.agent("main")
+    assert (main.is_default, main.workspace, main.subagents.allow_agents) == (True, STATE / "workspace", ("main",))
+    assert config.channels.webhook.agent_id == "main"
     assert config.tools.allow is None
     assert config.tools.deny == ()
     assert config.plugins.load.paths == ()
@@ -459,9 +593,9 @@ def test_plugin_entry_defaults() -> None:
     assert (entry.subagent.allow_model_override, entry.subagent.allowed_models) == (False, ())
 
 
-def test_agent_ids_are_normalised_and_main_kept_first() -> None:
-    config = _parse(_set(BASE, "agents.entries.Researcher", {"instructions": "r"}))
-    assert list(config.agents.entries) == ["main", "researcher"]
+def test_agent_ids_are_normalised() -> None:
+    config = _parse(_set(BASE, "agents.entries", {"Main": {"default": True}, "Researcher": {"instructions": "r"}}))
+    assert config.agent_ids == ("main", "researcher")
     assert config.agent("RESEARCHER").instructions == "r"
     with pytest.raises(KeyError):
         config.agent("nobody")
@@ -522,10 +656,21 @@ def test_a_mapping_is_accepted_as_input() -> None:
 
 
 def test_example_file_loads() -> None:
-    config = load_config(ROOT / "examples" / "gateway" / "gateway.json5", environ={"CLAW_GATEWAY_TOKEN": "t"})
+    example = ROOT / "examples" / "gateway"
+    config = load_config(example / "gateway.json5", environ={"CLAW_GATEWAY_TOKEN": "t"}, state_dir=STATE)
     assert config.models.providers["fake"].base_url == "http://127.0.0.1:18089/v1"
-    assert set(config.agents.entries) == {"main", "researcher"}
-    assert config.agents.defaults.workspace == ROOT / "examples" / "gateway" / "workspace"
+    assert (config.agent_ids, config.default_agent_id) == (("main", "researcher"), "main")
+    main, researcher = config.agent("main"), config.agent("researcher")
+    assert (main.workspace, researcher.workspace) == (example / "workspace", example / "workspace-researcher")
+    assert (main.model.chain, researcher.model.chain) == (
+        ("fake/scripted", "fake/scripted-small"),
+        ("fake/scripted-small",),
+    )
+    assert main.subagents.allows("researcher")
+    assert not researcher.subagents.allows("main")
+    assert researcher.identity is not None
+    assert researcher.identity.name == "Ada"
+    assert config.agents.defaults.workspace == example / "workspace"
     assert config.plugins.load.paths == (ROOT / "examples" / "plugins",)
     assert config.operators[0].links[0].channel == "webhook"
 
@@ -553,11 +698,180 @@ def _reference_offline_config() -> str:
 
 @pytest.mark.skipif(not REFERENCE.exists(), reason="the shared reference doc is not next to this checkout")
 def test_reference_offline_config_loads_unchanged(tmp_path: Path) -> None:
-    config = parse_config(_reference_offline_config(), base_dir=tmp_path, environ={})
-    assert set(config.ignored_keys) == set(IGNORED_KEYS)
+    config = parse_config(_reference_offline_config(), base_dir=tmp_path, environ={}, state_dir=tmp_path / "state")
+    model = "models.providers.fake.models[0]"
+    assert config.ignored_keys == (
+        "update",
+        "logging",
+        "telemetry",
+        "discovery",
+        "gateway.tailscale",
+        "models.mode",
+        "models.catalogRefresh",
+        f"{model}.reasoning",
+        f"{model}.input",
+        f"{model}.cost",
+    )
     assert config.gateway.auth.secret.get_secret_value() == "filled-in"
     assert config.agents.defaults.workspace == tmp_path / "filled-in"
     assert config.models.providers["fake"].models[0].cost.cache_write == 0
+
+
+# --- the roster: OpenClaw's agents --------------------------------------------------------------------------------
+
+FLEET: list[dict[str, Any]] = [
+    {"id": "alpha", "default": True, "name": "Alpha", "subagents": {"allowAgents": ["beta"]}},
+    {"id": "beta", "model": "fake/small", "workspace": "ws-beta", "identity": {"name": "B", "emoji": "🦀"}},
+    {"id": "gamma", "model": {"primary": "fake/small", "fallbacks": ["fake/scripted"]}, "bootstrapMaxChars": 500},
+]
+
+
+def _keyed(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {item["id"]: {k: v for k, v in item.items() if k != "id"} for item in items}
+
+
+@pytest.mark.parametrize("form", ["list", "entries"])
+def test_a_fleet_resolves_the_same_in_both_forms(form: str, tmp_path: Path) -> None:
+    roster = FLEET if form == "list" else _keyed(FLEET)
+    doc = _set(_set(BASE, f"agents.{form}", roster), "agents.defaults.workspace", "ws")
+    doc = _set(doc, "agents.defaults.model.fallbacks", ["fake/small"])
+    config = _parse(doc, base_dir=tmp_path)
+    assert (config.agent_ids, config.default_agent_id) == (("alpha", "beta", "gamma"), "alpha")
+    alpha, beta, gamma = (config.agent(i) for i in config.agent_ids)
+    # The marked agent owns agents.defaults.workspace; the others without their own get a directory under it.
+    assert (alpha.workspace, beta.workspace, gamma.workspace) == (
+        tmp_path / "ws",
+        tmp_path / "ws-beta",
+        tmp_path / "ws" / "gamma",
+    )
+    # An agent's own model replaces the default selection whole: a string or {primary} has no fallbacks.
+    assert alpha.model.chain == ("fake/scripted", "fake/small")
+    assert beta.model.chain == ("fake/small",)
+    assert gamma.model.chain == ("fake/small", "fake/scripted")
+    assert config.agent_model("beta") == beta.model
+    assert (alpha.is_default, beta.is_default, alpha.name, beta.name) == (True, False, "Alpha", None)
+    assert beta.identity is not None
+    assert (beta.identity.name, beta.identity.emoji) == ("B", "🦀")
+    assert (alpha.bootstrap_max_chars, gamma.bootstrap_max_chars, gamma.bootstrap_total_max_chars) == (
+        20_000,
+        500,
+        60_000,
+    )
+    with pytest.raises(KeyError):
+        config.agent("main")  # only the configured agents exist
+    assert config.channels.webhook.agent_id == "alpha"
+
+
+def test_spawn_allow_lists() -> None:
+    doc = _set(BASE, "agents.list", [dict(item) for item in FLEET])
+    doc["agents"]["list"][2]["subagents"] = {"allowAgents": ["*"]}
+    config = _parse(doc)
+    alpha, beta, gamma = (config.agent(i).subagents for i in config.agent_ids)
+    assert alpha.allow_agents == ("beta",)
+    assert (alpha.allows("beta"), alpha.allows("BETA"), alpha.allows("alpha")) == (True, True, False)
+    assert (beta.allow_agents, beta.allows("beta"), beta.allows("alpha")) == (("beta",), True, False)  # itself only
+    assert gamma.allow_agents == ("*",)
+    assert all(gamma.allows(agent) for agent in ("alpha", "beta", "gamma"))
+    assert not gamma.allows("main")  # "*" means every configured agent, nothing else
+    with_default = _parse(_set(doc, "agents.defaults.subagents.allowAgents", ["*"]))
+    assert with_default.agent("beta").subagents.allow_agents == ("*",)  # the default list when the agent has none
+    assert with_default.agent("alpha").subagents.allow_agents == ("beta",)  # the agent's own list wins
+
+
+def test_default_agent_and_workspaces_without_a_configured_root() -> None:
+    sole = _parse(_set(BASE, "agents.entries", {"ops": {}}))
+    assert (sole.agent_ids, sole.default_agent_id, sole.agent("ops").workspace) == (
+        ("ops",),
+        "ops",
+        STATE / "workspace",
+    )
+    marked = _parse(_set(BASE, "agents.entries", {"a": {}, "b": {"default": True}}))
+    assert marked.default_agent_id == "b"
+    assert (marked.agent("a").workspace, marked.agent("b").workspace) == (STATE / "workspace-a", STATE / "workspace")
+    fleet = _set(_set(BASE, "agents.ownership", "explicit"), "agents.entries", {"a": {}, "b": {}})
+    explicit = _parse(fleet)
+    # An explicit fleet: the first agent answers when none is named; nobody owns the shared root.
+    assert explicit.default_agent_id == "a"
+    assert (explicit.agent("a").workspace, explicit.agent("b").workspace) == (
+        STATE / "workspace-a",
+        STATE / "workspace-b",
+    )
+    system = _parse(_set(fleet, "agents.defaults.systemAgent", {"agentId": "B"}))
+    assert system.default_agent_id == "b"
+    assert not system.agent("a").is_default
+    assert system.agent("b").is_default
+    empty = _parse(_set(BASE, "agents.list", []))
+    assert empty.agent_ids == ("main",)
+
+
+def test_workspaces_follow_the_state_directory(tmp_path: Path) -> None:
+    config = _parse(_set(BASE, "agents.entries", {"a": {"default": True}, "b": {"workspace": "~/ws-b"}}))
+    moved = config.with_state_dir(tmp_path)
+    assert (moved.state_dir, moved.agent("a").workspace) == (tmp_path, tmp_path / "workspace")
+    assert moved.agent("b").workspace == config.agent("b").workspace == Path("~/ws-b").expanduser()
+    assert config.agent("a").workspace == STATE / "workspace"  # the original is unchanged
+
+
+def test_the_state_directory_defaults_per_config_file(tmp_path: Path) -> None:
+    environ = {"HOME": str(tmp_path / "home")}
+    home = tmp_path / "home" / ".local" / "state" / "clawstack" / "gateway"
+    assert gateway_home(environ) == home
+    first, second = default_state_dir(tmp_path / "a.json5", environ), default_state_dir(tmp_path / "b.json5", environ)
+    assert first != second
+    assert (first.parent, second.parent) == (home, home)
+    assert first.name.startswith("a-")
+    assert len(first.name) == len("a-") + 16
+    assert default_state_dir(tmp_path / "x" / ".." / "a.json5", environ) == first  # one file, one directory
+    assert default_state_dir(tmp_path / "copy" / "a.json5", environ) != first
+    assert default_state_dir(tmp_path / "my config!.json5", environ).name.startswith("my-config-")
+    xdg = {**environ, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    assert gateway_home(xdg) == tmp_path / "xdg" / "clawstack" / "gateway"
+    assert gateway_home({**xdg, "XDG_STATE_HOME": "relative"}) == home  # XDG requires an absolute path
+    chosen = {**xdg, GATEWAY_HOME_ENV: str(tmp_path / "claw")}
+    assert default_state_dir(tmp_path / "a.json5", chosen).parent == tmp_path / "claw"
+    path = tmp_path / "gateway.json5"
+    path.write_text(json.dumps(BASE))
+    assert load_config(path, environ=chosen).state_dir == default_state_dir(path, chosen)
+
+
+def test_ignored_keys_are_named_with_reasons() -> None:
+    assert set(IGNORED_KEY_REASONS) == set(IGNORED_KEYS)
+    assert all(IGNORED_KEY_REASONS[key] for key in IGNORED_KEYS)
+    doc = _set(BASE, "meta", {"lastTouchedVersion": "2026.9.6"})
+    doc = _set(doc, "models.providers.fake.models.1.cost", {"input": 1.5})
+    doc = _set(doc, "models.providers.fake.models.0.reasoning", True)
+    assert _parse(doc).ignored_keys == (
+        "meta",
+        "models.providers.fake.models[0].reasoning",
+        "models.providers.fake.models[1].cost",
+    )
+    # Inert keys are still validated.
+    assert (
+        _error(_set(BASE, "models.providers.fake.models.0.cost", {"input": -1}))
+        .problems[0]
+        .path.endswith(".cost.input")
+    )
+    assert set(DROPPED_KEYS) <= set(IGNORED_KEYS)
+
+
+_AGENT_IDS = st.lists(st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True), min_size=1, max_size=5, unique=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=_AGENT_IDS, marked=st.integers(min_value=0, max_value=4), upper=st.booleans())
+def test_list_and_entries_forms_always_agree(ids: list[str], marked: int, upper: bool) -> None:
+    items = [
+        {"id": i.upper() if upper else i, **({"default": True} if n == marked % len(ids) else {})}
+        for n, i in enumerate(ids)
+    ]
+    by_list = _parse(_set(BASE, "agents.list", items))
+    by_entries = _parse(_set(BASE, "agents.entries", _keyed(items)))
+    assert by_list.agent_ids == by_entries.agent_ids == tuple(ids)
+    assert by_list.default_agent_id == by_entries.default_agent_id == ids[marked % len(ids)]
+    for agent_id in ids:
+        assert by_list.agent(agent_id) == by_entries.agent(agent_id)
+    workspaces = [by_list.agent(i).workspace for i in ids]
+    assert len(set(workspaces)) == len(ids)  # no two agents share a derived workspace
 
 
 # --- secrets never appear in errors ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args, overload
 
+from clawstack.gateway.commands import RESERVED_COMMANDS
 from clawstack.gateway.errors import ConfigProblem, GatewayError
 from clawstack.gateway.tools import TOOL_NAME_PATTERN, Tool, ToolInvocation, ToolRegistry
 
@@ -127,10 +128,8 @@ _ABSENT_WHEN_UNSUPPORTED: Final = frozenset({"subagents"})
 #: What a command name must match.
 COMMAND_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
-#: Names the gateway's own commands use; no plugin may register them.
-RESERVED_COMMAND_NAMES: Final = frozenset(
-    {"help", "status", "stop", "new", "reset", "model", "think", "verbose", "whoami", "commands"}
-)
+#: Names the gateway's own commands use (:mod:`clawstack.gateway.commands`); no plugin may register them.
+RESERVED_COMMAND_NAMES: Final = frozenset(RESERVED_COMMANDS)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -260,3 +260,25 @@ async def test_a_retired_plugin_cannot_dispatch(server: GatewayServer) -> None:
     server._plugins.reload("mail")
     with pytest.raises(PluginRetiredError):
         await hooks.dispatch_hook_agent_turn(agent_id="mail", session_key=MAIL_KEY, message="x")
+
+
+async def test_a_plugin_retired_while_its_dispatch_is_admitted_is_told(
+    server: GatewayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hooks = api_of(server, "mail").runtime.hooks
+    loop = asyncio.get_running_loop()
+    original = server.store.get_or_create
+    fired: list[bool] = []
+
+    def during(*args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            assert server._plugins is not None
+            loop.call_soon_threadsafe(server._plugins.reload, "mail")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(server.store, "get_or_create", during)
+    with pytest.raises(PluginRetiredError):
+        await hooks.dispatch_hook_agent_turn(
+            agent_id="mail", session_key=MAIL_KEY, message="@fake reply: x", deliver=False
+        )

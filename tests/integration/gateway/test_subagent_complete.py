@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clawstack.gateway.agent import AgentLoop, UnknownAgentError, UnknownModelError
+from clawstack.gateway.agent import AgentLoop, UnknownAgentError
 from clawstack.gateway.config import GatewayConfig, parse_config
 from clawstack.gateway.plugins import (
     CommandContext,
@@ -30,6 +30,8 @@ from clawstack.gateway.plugins import (
     SubagentModelError,
     SubagentTimeoutError,
 )
+from clawstack.gateway.plugins.api import PluginLifetime
+from clawstack.gateway.plugins.complete import detached, invocation_scope
 from clawstack.gateway.sessions import SessionStore
 from clawstack.gateway.tools import Tool, ToolRegistry
 from clawstack.llm.fake import FakeModelServer
@@ -42,16 +44,21 @@ LONG = "@fake delay-ms: 20000"
 
 
 def make_config(
-    tmp_path: Path, base_url: str, *, max_concurrent: int = 8, policy: dict[str, Any] | None = None
+    tmp_path: Path,
+    base_url: str,
+    *,
+    max_concurrent: int = 8,
+    policy: dict[str, Any] | None = None,
+    fallbacks: tuple[str, ...] = (),
 ) -> GatewayConfig:
+    models = [{"id": "primary"}, {"id": "backup"}, {"id": "third"}]
     document: dict[str, Any] = {
-        "models": {
-            "providers": {
-                "fake": {"baseUrl": base_url, "apiKey": API_KEY, "models": [{"id": "primary"}, {"id": "backup"}]}
-            }
-        },
+        "models": {"providers": {"fake": {"baseUrl": base_url, "apiKey": API_KEY, "models": models}}},
         "agents": {
-            "defaults": {"model": {"primary": "fake/primary"}, "subagents": {"maxConcurrent": max_concurrent}},
+            "defaults": {
+                "model": {"primary": "fake/primary", "fallbacks": list(fallbacks)},
+                "subagents": {"maxConcurrent": max_concurrent},
+            },
             "entries": {"main": {"default": True}, "research": {"instructions": INSTRUCTIONS}},
         },
         "gateway": {"port": 0, "auth": {"mode": "token", "token": "gateway-token"}},
@@ -221,14 +228,43 @@ async def test_model_override_allowed_by_policy(
     assert fake.requests[0].body["model"] == "backup"
 
 
-async def test_model_override_to_an_unconfigured_model(
-    tmp_path: Path, fake: FakeModelServer, store: SessionStore
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("fake/missing", 'provider "fake" has no model "missing"'),
+        ("fake/Backup", 'provider "fake" has no model "Backup"'),  # model ids are compared exactly
+        ("nope/backup", 'has no provider "nope"'),
+        ("fake/backup/x", 'has no model "backup/x"'),
+    ],
+)
+async def test_an_override_must_name_exactly_a_model_configured_for_the_agent(
+    tmp_path: Path, fake: FakeModelServer, store: SessionStore, model: str, message: str
 ) -> None:
+    # Even "*" admits only what the destination agent's model configuration holds.
     gw = await make_gateway(tmp_path, fake, store, policy={"allowModelOverride": True, "allowedModels": ["*"]})
     async with gw.loop:
-        with pytest.raises(UnknownModelError):
-            await gw.api.runtime.subagent.complete("research", "hello", model="fake/missing")
+        with pytest.raises(ModelOverrideRefusedError, match=message):
+            await gw.api.runtime.subagent.complete("research", "hello", model=model)
     assert fake.requests == []
+
+
+async def test_an_overridden_model_keeps_the_agents_fallbacks(
+    tmp_path: Path, fake: FakeModelServer, store: SessionStore
+) -> None:
+    gw = await make_gateway(
+        tmp_path,
+        fake,
+        store,
+        policy={"allowModelOverride": True, "allowedModels": ["fake/backup"]},
+        fallbacks=("fake/third", "fake/backup"),
+    )
+    async with gw.loop:
+        assert gw.completer.model_chain("demo", "research", "fake/backup") == ("fake/backup", "fake/third")
+        assert gw.completer.model_chain("demo", "research", None) == ("fake/primary", "fake/third", "fake/backup")
+        with pytest.raises(SubagentModelError):
+            await gw.api.runtime.subagent.complete("research", "@fake fail: 500", model="fake/backup")
+    # The override replaces the primary; the configured fallbacks follow it, without the override again.
+    assert [r.body["model"] for r in fake.requests] == ["backup", "third"]
 
 
 async def test_model_failure(gateway: Gateway) -> None:
@@ -388,3 +424,86 @@ async def test_example_plugin_command_calls_complete(gateway: Gateway, fake: Fak
     body = fake.requests[0].body
     assert body["messages"][0] == {"role": "system", "content": "Answer with the greeting only."}
     assert body["messages"][1]["content"].startswith("Write a one-line greeting for this person:\nAda")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Invocations: a completion started inside one is cancelled when it ends
+
+
+async def test_a_running_completion_ends_with_the_invocation_that_started_it(
+    gateway: Gateway, fake: FakeModelServer
+) -> None:
+    complete = gateway.api.runtime.subagent.complete
+
+    async def tool_call() -> tuple[asyncio.Task[Any], asyncio.Task[Any]]:
+        with invocation_scope(PluginLifetime("demo")):
+            awaited = asyncio.create_task(complete("research", f"awaited\n{LONG}"))
+            spawned = asyncio.create_task(complete("research", f"spawned\n{LONG}"))
+            async with asyncio.timeout(WAIT_S):
+                await fake.wait_for_requests(2)
+            assert gateway.lane()["running"] == 2
+        return awaited, spawned
+
+    for task in await tool_call():
+        with pytest.raises(SubagentCancelledError, match="invocation"):
+            await task
+    assert gateway.lane() == {"running": 0, "queued": 0, "limit": 8}  # each held its slot until its cleanup
+    async with asyncio.timeout(WAIT_S):
+        await fake.wait_for_client_disconnects(2)
+
+
+async def test_a_queued_completion_leaves_the_queue_when_its_invocation_ends(
+    tmp_path: Path, fake: FakeModelServer, store: SessionStore
+) -> None:
+    gw = await make_gateway(tmp_path, fake, store, max_concurrent=1)
+    async with gw.loop:
+        complete = gw.api.runtime.subagent.complete
+        hold = asyncio.Event()
+        blocker = asyncio.create_task(complete("research", LONG, signal=hold))
+        async with asyncio.timeout(WAIT_S):
+            await fake.wait_for_requests(1)
+        scope = PluginLifetime("demo")
+        with invocation_scope(scope):
+            queued = asyncio.create_task(complete("research", "never sent"))
+            await wait_until(lambda: gw.lane()["queued"] == 1)
+        assert scope.retired
+        with pytest.raises(SubagentCancelledError):
+            await queued
+        assert gw.lane() == {"running": 1, "queued": 0, "limit": 1}
+        hold.set()
+        with pytest.raises(SubagentCancelledError):
+            await blocker
+        assert len(fake.requests) == 1
+
+
+async def test_a_completion_started_after_its_invocation_ended_is_refused_unqueued(
+    gateway: Gateway, fake: FakeModelServer
+) -> None:
+    release = asyncio.Event()
+
+    async def later() -> Any:
+        await release.wait()
+        return await gateway.api.runtime.subagent.complete("research", "@fake reply: too late")
+
+    with invocation_scope(PluginLifetime("demo")):
+        retained = asyncio.create_task(later())
+    release.set()
+    with pytest.raises(SubagentCancelledError, match="has ended"):
+        await retained
+    assert fake.requests == []
+
+
+async def test_only_the_invoked_plugins_completions_belong_to_the_invocation(
+    gateway: Gateway, fake: FakeModelServer
+) -> None:
+    hello = gateway.loader.get("hello").api
+    assert hello is not None
+    scope = PluginLifetime("demo")
+    with invocation_scope(scope):
+        other_plugin = asyncio.create_task(hello.runtime.subagent.complete("research", "@fake reply: hello's"))
+        with detached():
+            outliving = asyncio.create_task(gateway.api.runtime.subagent.complete("research", "@fake reply: detached"))
+    assert scope.retired
+    async with asyncio.timeout(WAIT_S):
+        assert (await other_plugin).text == "hello's"
+        assert (await outliving).text == "detached"

@@ -3,23 +3,39 @@
 A completion has no session and no transcript: the model gets the agent's instructions (plus an optional extra
 system prompt) as the system message and the plugin's text as the one user message, and no tools. The model is
 the agent's chain (primary, then fallbacks, as in :class:`~clawstack.gateway.agent.AgentLoop`) unless the plugin
-asks for ``model``, which is allowed only when ``plugins.entries.<id>.subagent.allowModelOverride`` is true and
-the canonical ``provider/model`` is in ``allowedModels`` (or that list holds ``"*"``); anything else is refused
-with :class:`~clawstack.gateway.plugins.api.ModelOverrideRefusedError`, never silently replaced.
+asks for ``model``.
+
+**Model policy.** An override is allowed only when ``plugins.entries.<id>.subagent.allowModelOverride`` is true,
+it is a canonical ``provider/model`` reference (split at the first ``/``, as the config splits one), it names
+exactly a model the destination agent can be configured with (a provider under ``models.providers`` and one of
+that provider's ``models[].id``, both compared exactly, as the config compares them), and it is in
+``allowedModels`` (or that list holds ``"*"``); anything else is refused with
+:class:`~clawstack.gateway.plugins.api.ModelOverrideRefusedError`, never silently replaced. An allowed override
+replaces the agent's primary model only: the agent's configured fallbacks still follow it (minus the override
+itself), as in a turn.
 
 Scheduling: every completion of every plugin runs on the ``subagent`` lane of one shared
 :class:`~clawstack.gateway.lanes.Lanes` (limit ``agents.defaults.subagents.maxConcurrent``), without a session.
-Cancelling the caller, setting ``signal``, the ``timeout_ms`` deadline (which counts queueing) or retiring the
-plugin instance stops the work: queued work leaves the queue at once, running work keeps its slot until its
-cleanup has finished and the call then rejects (:class:`SubagentCancelledError`, :class:`SubagentTimeoutError`,
-:class:`PluginRetiredError`; the caller's own cancellation propagates as such). A result that arrives after any of
-these is discarded.
+Cancelling the caller, setting ``signal``, the ``timeout_ms`` deadline (which counts queueing), retiring the
+plugin instance or the end of the invocation it was started in stops the work: queued work leaves the queue at
+once, running work keeps its slot until its cleanup has finished and the call then rejects
+(:class:`SubagentCancelledError`, :class:`SubagentTimeoutError`, :class:`PluginRetiredError`; the caller's own
+cancellation propagates as such). A result that arrives after any of these is discarded.
+
+**Invocations.** Plugin code the gateway runs on someone's behalf (a dispatch hook handler, a plugin tool call, a
+command) runs inside :func:`invocation_scope`. A completion the plugin starts there, directly or in a task it
+creates there, belongs to that invocation: when the invocation ends it is cancelled as above
+(:class:`SubagentCancelledError`), and one started after it ended is refused without being queued. Work that is
+meant to outlive the invocation (a ``subagent.run``) is started under :func:`detached`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -42,6 +58,9 @@ __all__ = [
     "CompleteResult",
     "CompletionUsage",
     "SubagentCompleter",
+    "current_invocation",
+    "detached",
+    "invocation_scope",
 ]
 
 #: The capability string advertised when completions are wired.
@@ -49,6 +68,39 @@ SUBAGENT_COMPLETE: Final = "subagent.complete"
 
 #: ``timeout_ms`` when the caller gives none.
 DEFAULT_COMPLETE_TIMEOUT_MS: Final = 30_000
+
+_INVOCATION: Final[ContextVar[PluginLifetime | None]] = ContextVar("clawstack_plugin_invocation", default=None)
+
+
+@contextlib.contextmanager
+def invocation_scope(scope: PluginLifetime) -> Iterator[PluginLifetime]:
+    """Run the body as one invocation of ``scope.plugin_id``'s code; ``scope`` is retired when the body ends.
+
+    Completions that plugin starts in the body, or in tasks created in it, are cancelled when ``scope`` is retired
+    (see the module docstring). The caller may retire ``scope`` earlier itself.
+    """
+    token = _INVOCATION.set(scope)
+    try:
+        yield scope
+    finally:
+        _INVOCATION.reset(token)
+        scope.retire()
+
+
+@contextlib.contextmanager
+def detached() -> Iterator[None]:
+    """Run the body outside any invocation: tasks it creates (a run's driver) do not belong to the caller's."""
+    token = _INVOCATION.set(None)
+    try:
+        yield
+    finally:
+        _INVOCATION.reset(token)
+
+
+def current_invocation(plugin_id: str) -> PluginLifetime | None:
+    """The invocation of ``plugin_id`` the current context runs in, if any."""
+    scope = _INVOCATION.get()
+    return scope if scope is not None and scope.plugin_id == plugin_id else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +135,10 @@ class SubagentCompleter:
         self.lanes = lanes or Lanes({"subagent": config.agents.defaults.subagents.max_concurrent})
 
     def model_chain(self, plugin_id: str, agent_id: str, model: str | None) -> tuple[str, ...]:
-        """The models a completion of ``plugin_id`` for ``agent_id`` tries, after the model policy check."""
+        """The models a completion or run of ``plugin_id`` for ``agent_id`` tries, after the model policy check.
+
+        Without ``model``: the agent's chain. With it: the override, then the agent's configured fallbacks.
+        """
         self._loop.agent(agent_id)  # UnknownAgentError for an unknown agent
         if model is None:
             return self._loop.model_chain(agent_id, None)
@@ -95,14 +150,24 @@ class SubagentCompleter:
                 f"plugin {plugin_id!r} may not choose a model ({where}.allowModelOverride is not true)"
             )
         try:
-            split_model_ref(model)
+            provider_id, model_id = split_model_ref(model)
         except ValueError:
             raise ModelOverrideRefusedError(
                 f"model override {json.dumps(model)} is not a canonical provider/model reference"
             ) from None
+        provider = self._config.models.providers.get(provider_id)
+        if provider is None:
+            raise ModelOverrideRefusedError(
+                f"model override {json.dumps(model)}: agent {agent_id!r} has no provider {json.dumps(provider_id)}"
+            )
+        if all(configured.id != model_id for configured in provider.models):
+            raise ModelOverrideRefusedError(
+                f"model override {json.dumps(model)}: provider {json.dumps(provider_id)} has no model"
+                f" {json.dumps(model_id)} configured (model ids are compared exactly)"
+            )
         if "*" not in policy.allowed_models and model not in policy.allowed_models:
             raise ModelOverrideRefusedError(f"model {json.dumps(model)} is not in {where}.allowedModels")
-        return self._loop.model_chain(agent_id, model)  # UnknownModelError if no provider serves it
+        return self._loop.model_chain(agent_id, model)
 
     async def complete(
         self,
@@ -115,8 +180,15 @@ class SubagentCompleter:
         model: str | None,
         timeout_ms: int,
         signal: asyncio.Event | None,
+        invocation: PluginLifetime | None = None,
     ) -> CompleteResult:
-        """Run one completion for ``plugin_id`` (see the module docstring); ``lifetime`` is the instance's."""
+        """Run one completion for ``plugin_id`` (see the module docstring).
+
+        ``lifetime`` is the plugin instance's; ``invocation``, when given, the invocation the completion belongs to.
+        """
+        lifetime.check()
+        if invocation is not None and invocation.retired:
+            raise SubagentCancelledError("the invocation that started the completion has ended")
         chain = self.model_chain(plugin_id, agent_id, model)
         instructions = self._loop.agent(agent_id).instructions
         system = "\n\n".join(part for part in (instructions, extra_system_prompt) if part)
@@ -137,6 +209,13 @@ class SubagentCompleter:
         remove_retire = lifetime.on_retire(
             lambda: stop(PluginRetiredError(f"plugin {plugin_id!r} was retired during the completion"))
         )
+        remove_invocation = (
+            None
+            if invocation is None
+            else invocation.on_retire(
+                lambda: stop(SubagentCancelledError("the invocation that started the completion ended"))
+            )
+        )
         timer = running.call_later(
             timeout_ms / 1000, stop, SubagentTimeoutError(f"the completion took longer than {timeout_ms} ms")
         )
@@ -151,6 +230,8 @@ class SubagentCompleter:
         finally:
             timer.cancel()
             remove_retire()
+            if remove_invocation is not None:
+                remove_invocation()
             if watcher is not None:
                 watcher.cancel()
             if not inner.done():
@@ -164,6 +245,7 @@ class SubagentCompleter:
             raise stopped[0]
         if inner.cancelled():
             raise SubagentCancelledError("the completion was cancelled")
+        lifetime.check()
         return inner.result()
 
     async def _infer(self, agent_id: str, chain: tuple[str, ...], messages: list[dict[str, Any]]) -> CompleteResult:

@@ -10,9 +10,13 @@ with scheduled work; when the HTTP hooks endpoint is enabled one slot of that bu
 ``idempotency_key`` replays: a second dispatch with the same key on the same session returns the first run's id
 (a concurrent duplicate shares the run in flight) and never starts another turn.
 
+A hook turn runs only on a ``hook:`` session, never on an agent's main, channel or subagent session, and the run
+host refuses it on a session a plugin owns, so a hook turn cannot land in anyone's conversation.
+
 The answer is a :class:`HookDispatchResult`: ``ok=True`` with the ``run_id`` on admission, ``ok=False`` with a
 ``reason`` (``"<code>: <text>"``) on refusal; refusals raise nothing. A retired plugin instance raises
-:class:`~clawstack.gateway.plugins.api.PluginRetiredError` like every other api use.
+:class:`~clawstack.gateway.plugins.api.PluginRetiredError` like every other api use, also when it was retired
+while the dispatch was being admitted (the turn the host accepted then keeps its cleanup and completion).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from clawstack.gateway.dispatch import Requester, RunHost, RunRequest, TurnOptio
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, normalize_agent_id, parse_session_key
 from clawstack.gateway.plugins.api import PluginLifetime, Trust
+from clawstack.gateway.plugins.complete import detached
 from clawstack.llm import ReasoningEffort
 
 __all__ = [
@@ -164,7 +169,8 @@ class HookDispatcher:
             label=name,
         )
         try:
-            started = await self._host.start_run(request)
+            with detached():  # the turn outlives the invocation that dispatched it
+                started = await self._host.start_run(request)
         except GatewayError as exc:
             return _refuse(exc.code, exc.message)
         return HookDispatchResult(ok=True, run_id=started.run_id)
@@ -198,7 +204,7 @@ class PluginHooks:
         self._lifetime.check()
         if self._dispatcher is None:
             return _refuse("unavailable", "this gateway dispatches no hook turns")
-        return await self._dispatcher.dispatch(
+        result = await self._dispatcher.dispatch(
             self._plugin_id,
             self._trust,
             name=name,
@@ -211,3 +217,5 @@ class PluginHooks:
             timeout_seconds=timeout_seconds,
             idempotency_key=idempotency_key,
         )
+        self._lifetime.check()
+        return result

@@ -280,12 +280,15 @@ def _credentials(auth_mode: str) -> dict[str, str]:
     return {"token": TOKEN} if auth_mode == "token" else {"password": PASSWORD}
 
 
-def offline_config(port: int, fake_base_url: str, workdir: Path, *, auth_mode: str = "token") -> dict[str, Any]:
+def offline_config(
+    port: int, fake_base_url: str, workdir: Path, *, auth_mode: str = "token", extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The one config document both peers run with (the reference's offline OpenClaw config).
 
-    ``auth_mode`` ``token`` (the default) admits :data:`TOKEN`; ``password`` admits :data:`PASSWORD`.
+    ``auth_mode`` ``token`` (the default) admits :data:`TOKEN`; ``password`` admits :data:`PASSWORD`. Each top-level
+    key of ``extra`` replaces that section of the document (or adds it).
     """
-    return {
+    document: dict[str, Any] = {
         "gateway": {
             "mode": "local",
             "port": port,
@@ -321,6 +324,7 @@ def offline_config(port: int, fake_base_url: str, workdir: Path, *, auth_mode: s
         },
         "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{MODEL}"}, "workspace": str(workdir / "workspace")}},
     }
+    return {**document, **(extra or {})}
 
 
 @dataclass

@@ -711,6 +711,7 @@ def test_reference_offline_config_loads_unchanged(tmp_path: Path) -> None:
         f"{model}.reasoning",
         f"{model}.input",
         f"{model}.cost",
+        f"{model}.maxTokens",
     )
     assert config.gateway.auth.secret.get_secret_value() == "filled-in"
     assert config.agents.defaults.workspace == tmp_path / "filled-in"
@@ -852,6 +853,14 @@ def test_ignored_keys_are_named_with_reasons() -> None:
         .path.endswith(".cost.input")
     )
     assert set(DROPPED_KEYS) <= set(IGNORED_KEYS)
+
+
+def test_the_docs_table_of_ignored_keys_is_the_code() -> None:
+    text = (ROOT / "docs" / "gateway-config.md").read_text()
+    section = text[text.index("### Accepted and ignored") : text.index("### Not supported")]
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", section, re.MULTILINE)
+    documented = {key.replace("<id>", "*"): reason.replace("`", "") for key, reason in rows}
+    assert documented == {key: reason.replace("`", "") for key, reason in IGNORED_KEY_REASONS.items()}
 
 
 _AGENT_IDS = st.lists(st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True), min_size=1, max_size=5, unique=True)

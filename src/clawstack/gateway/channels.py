@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 from pydantic.alias_generators import to_camel
 
 from clawstack.common.clock import Clock
+from clawstack.gateway.authority import OperatorAuthority
 from clawstack.gateway.config import GatewayConfig, WebhookChannelConfig
 from clawstack.gateway.dispatch import Requester, RunRequest
 from clawstack.gateway.errors import GatewayError
@@ -281,8 +282,16 @@ class WebhookChannel:
     finish for a short grace period, then cancels them.
     """
 
-    def __init__(self, config: GatewayConfig, *, clock: Clock, retry_delays_s: Sequence[float] | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        clock: Clock,
+        retry_delays_s: Sequence[float] | None = None,
+        authority: OperatorAuthority | None = None,
+    ) -> None:
         self._config = config
+        self._authority = authority if authority is not None else OperatorAuthority.from_config(config)
         self._clock = clock
         self._retry_delays_s = tuple(DEFAULT_RETRY_DELAYS_S if retry_delays_s is None else retry_delays_s)
         self._session: aiohttp.ClientSession | None = None
@@ -327,26 +336,19 @@ class WebhookChannel:
         except SessionKeyError as exc:
             raise WebhookBodyError(exc.message) from None
         sender = message.sender.id
-        authorized = self.settings.allows(sender)
+        # Who may use the channel and who carries operator authority are read from the live authority, at each
+        # message: a demotion or an unlinked identity takes effect on the next one.
+        authorized = self._authority.allows(CHANNEL_NAME, sender)
         requester = Requester(
             key,
             agent_id,
             CHANNEL_NAME,
             authenticated=authorized,
             sender_id=sender,
-            operator=self.operator_for(sender) if authorized else None,
+            operator=self._authority.operator_for(CHANNEL_NAME, sender) if authorized else None,
         )
         request = RunRequest(key, agent_id, message.text, "main", idempotency_key=message_run_id(message.message_id))
         return InboundMessage(message, key, requester, request)
-
-    def operator_for(self, sender_id: str) -> str | None:
-        """The operator a channel identity link ties ``sender_id`` to, if that operator holds ``operator.admin``."""
-        for operator in self._config.operators:
-            if "operator.admin" not in operator.roles:
-                continue
-            if any(link.channel == CHANNEL_NAME and link.id == sender_id for link in operator.links):
-                return operator.name
-        return None
 
     def refuse(self, inbound: InboundMessage, refusal: ProtocolError) -> dict[str, Any]:
         """Tell the sender why its command did not run (on the channel); the HTTP answer's body."""

@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_uuid
 from clawstack.gateway.agent import AgentEvent, AgentLoop, TurnResult, UnknownAgentError
+from clawstack.gateway.authority import AuthorityRevokedError, OperatorAuthority, Revocation
 from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
@@ -44,6 +45,8 @@ from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import parse_session_key
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins import CommandContext, PluginLoader, RegisteredCommand
+from clawstack.gateway.plugins.api import PluginLifetime
+from clawstack.gateway.plugins.complete import invocation_scope
 from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
 
 __all__ = ["ActiveRun", "GatewayRuns", "Publish", "RunsClosedError"]
@@ -79,6 +82,7 @@ class ActiveRun:
     command_args: str = ""
     builtin: Callable[[], Awaitable[str]] | None = None
     started: bool = False
+    revoked: AuthorityRevokedError | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -107,8 +111,11 @@ class GatewayRuns:
         clock: Clock,
         publish: Publish,
         channels: Mapping[str, ChannelOutbox],
+        authority: OperatorAuthority | None = None,
     ) -> None:
         self._config = config
+        self._authority = authority
+        self._unsubscribe = None if authority is None else authority.subscribe(self._on_revoked)
         self._store = store
         self._agent = agent
         self._lanes = lanes
@@ -118,6 +125,15 @@ class GatewayRuns:
         self._active: dict[str, ActiveRun] = {}
         self._closed = False
         self.plugins: PluginLoader | None = None
+
+    def _on_revoked(self, revocations: Sequence[Revocation]) -> None:
+        """Work retained under a requester's authority lost it: a run still queued fails at once, visibly; a
+        running one refuses at its next admission check."""
+        for revocation in revocations:
+            run = self._active.get(revocation.work_id)
+            if run is not None and not run.started and run.task is not None:
+                run.revoked = revocation.error
+                run.task.cancel()
 
     def active_run_ids(self, session_key: str) -> list[str]:
         """The ids of the session's runs in flight (queued or running)."""
@@ -146,6 +162,9 @@ class GatewayRuns:
     async def close(self) -> None:
         """Refuse new runs, then abort every run in flight."""
         self._closed = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         await self._cancel(list(self._active.values()))
 
     @staticmethod
@@ -259,6 +278,8 @@ class GatewayRuns:
             await self._drive_turn(run)
         finally:
             self._active.pop(run.run_id, None)
+            if self._authority is not None:
+                self._authority.release(run.run_id)
             run.done.set()
 
     async def _drive_turn(self, run: ActiveRun) -> None:
@@ -271,6 +292,9 @@ class GatewayRuns:
             self._on_agent_event(run, event)
 
         async def turn() -> TurnResult:
+            if self._authority is not None:
+                # Admission: work retained under a requester's authority runs only while that authority holds.
+                self._authority.check_retained(run.run_id)
             run.started = True
             if run.builtin is not None:
                 await asyncio.to_thread(self._store.mark_running, run.run_id)
@@ -306,9 +330,25 @@ class GatewayRuns:
         except asyncio.CancelledError:
             # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
             # the cancellation of a started run itself; record it too, and tell subscribers.
-            await asyncio.to_thread(self._record_aborted, run.run_id)
             self._active.pop(run.run_id, None)
-            self._broadcast_chat(run, {"state": "aborted", "stopReason": "aborted"})
+            revoked = run.revoked
+            if revoked is not None:
+                # Queued work whose requester lost their authority fails, visibly, instead of being aborted.
+                await asyncio.to_thread(self._record_failed, run.run_id, revoked.message)
+                self._broadcast_chat(
+                    run,
+                    {
+                        "state": "error",
+                        "errorMessage": revoked.message,
+                        "errorKind": revoked.code,
+                        "errorDetail": revoked.to_dict(),
+                    },
+                )
+                if request.announce_to is not None and request.deliver:
+                    await self._announce(request.announce_to, run, f"failed: {revoked.message}")
+            else:
+                await asyncio.to_thread(self._record_aborted, run.run_id)
+                self._broadcast_chat(run, {"state": "aborted", "stopReason": "aborted"})
             raise
         except Exception as exc:
             if isinstance(exc, GatewayError):
@@ -328,6 +368,8 @@ class GatewayRuns:
                 },
             )
             await self._reply_on_channel(run, f"Sorry, that failed: {message}")
+            if request.announce_to is not None and request.deliver:
+                await self._announce(request.announce_to, run, f"failed: {message}")
             return
         self._active.pop(run.run_id, None)
         if result.status == "ok":
@@ -353,6 +395,11 @@ class GatewayRuns:
             )
             what = "took too long" if result.status == "timeout" else "failed"
             await self._reply_on_channel(run, f"Sorry, the answer {what}: {'' if error is None else error.message}")
+            if request.announce_to is not None and request.deliver:
+                # As OpenClaw's announce: a failed or timed-out child is delivered too, with its reason.
+                reason = "unknown error" if error is None or not error.message else error.message
+                outcome = "timed out" if result.status == "timeout" else "failed"
+                await self._announce(request.announce_to, run, f"{outcome}: {reason}")
 
     async def _run_command(self, run: ActiveRun, command: RegisteredCommand) -> TurnResult:
         """Run a plugin command as the chat run: record the user message, the reply and the run's end.
@@ -364,6 +411,9 @@ class GatewayRuns:
         await asyncio.to_thread(store.mark_running, run.run_id)
         await self._append_user(run)
         requester = run.requester
+        assertion = None
+        if command.require_auth and requester is not None and requester.authenticated and self._authority is not None:
+            assertion = self._authority.capture(requester)
         context = CommandContext(
             command.plugin_id,
             command.name,
@@ -372,9 +422,12 @@ class GatewayRuns:
             channel="gateway" if requester is None else requester.channel,
             sender_id=None if requester is None else requester.sender_id,
             operator=GATEWAY_OPERATOR if requester is None else requester.operator,
+            assertion=assertion,
         )
         try:
-            reply = await command.handler(context)
+            # A completion the handler starts belongs to this invocation and ends with it.
+            with invocation_scope(PluginLifetime(command.plugin_id)):
+                reply = await command.handler(context)
         except Exception as exc:
             if isinstance(exc, GatewayError):
                 message = f"command /{command.name} failed: [{exc.code}] {exc.message}"

@@ -45,6 +45,7 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
+from clawstack.gateway.authority import OperatorAuthority
 from clawstack.gateway.channels import WebhookChannel, WebhookError
 from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
 from clawstack.gateway.config import GatewayConfig, split_model_ref
@@ -255,6 +256,7 @@ class GatewayServer:
         self._children: ChildStore | None = None
         self._builtins: BuiltinCommands | None = None
         self._plugin_store: PluginStore | None = None
+        self._authority: OperatorAuthority | None = None
         self._natives: NativeChildren | None = None
         self._channels: dict[str, ChannelOutbox] = {}
         self._webhook: WebhookChannel | None = None
@@ -339,6 +341,7 @@ class GatewayServer:
             plugin_store = self._plugin_store = PluginStore(self._data_dir / PLUGIN_STORE_FILE)
             await asyncio.to_thread(plugin_store.open)
             self._agent = AgentLoop(self._config, store, self._registry, llm_factory=self._llm_factory, hooks=hooks)
+            authority = self._authority = OperatorAuthority.from_config(self._config)
             runs = self._runs = GatewayRuns(
                 self._config,
                 store,
@@ -347,6 +350,7 @@ class GatewayServer:
                 clock=self._clock,
                 publish=self._publish,
                 channels=self._channels,
+                authority=authority,
             )
             self._builtins = BuiltinCommands(self._config, store, active_runs=runs.active_run_ids)
             children = ChildStore(self._data_dir / CHILDREN_FILE)
@@ -361,7 +365,7 @@ class GatewayServer:
                 self._config,
                 search_paths=self._plugin_paths,
                 completer=completer,
-                runner=SubagentRunner(self._config, store, runs, self._registry, completer),
+                runner=SubagentRunner(self._config, store, runs, self._registry, completer, authority=authority),
                 hook_dispatcher=HookDispatcher(self._config, runs),
                 tools=self._registry,
                 build=process_build_info(),
@@ -375,7 +379,9 @@ class GatewayServer:
                 app.router.add_post(f"{self._config.hooks.path}/agent", self._hook_agent)
             webhook = self._config.channels.webhook
             if webhook.enabled:
-                self._webhook = self._channels["webhook"] = WebhookChannel(self._config, clock=self._clock)
+                self._webhook = self._channels["webhook"] = WebhookChannel(
+                    self._config, clock=self._clock, authority=authority
+                )
                 app.router.add_post(webhook.path, self._webhook_inbound)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()

@@ -41,6 +41,7 @@ Errors (every one a :class:`~clawstack.gateway.errors.GatewayError` with a stabl
                ├── SubagentSessionBusyError subagent_session_busy
                ├── SubagentRunNotFoundError subagent_run_not_found
                ├── SubagentRequesterError   subagent_requester_unavailable
+               ├── SubagentAuthorityRevokedError requester_authority_revoked
                └── SubagentModelError       subagent_model_failed
 """
 
@@ -79,7 +80,13 @@ from clawstack.gateway.plugins.api import (
     SubagentUnavailableError,
     Trust,
 )
-from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, CompleteResult, CompletionUsage, SubagentCompleter
+from clawstack.gateway.plugins.complete import (
+    SUBAGENT_COMPLETE,
+    CompleteResult,
+    CompletionUsage,
+    SubagentCompleter,
+    invocation_scope,
+)
 from clawstack.gateway.plugins.hook_dispatch import HOOK_AGENT_TURNS, HookDispatcher, HookDispatchResult, PluginHooks
 from clawstack.gateway.plugins.hooks import DispatchContext, DispatchHandler, HookRegistry, RegisteredHook
 from clawstack.gateway.plugins.loader import (
@@ -107,6 +114,7 @@ from clawstack.gateway.plugins.subagent import (
     PluginSubagent,
     RequestSubagent,
     SessionMessages,
+    SubagentAuthorityRevokedError,
     SubagentRun,
     SubagentRunner,
     WaitResult,
@@ -177,6 +185,7 @@ __all__ = [
     "SessionMessages",
     "StoreUsage",
     "SubagentArgumentError",
+    "SubagentAuthorityRevokedError",
     "SubagentCancelledError",
     "SubagentCompleter",
     "SubagentError",
@@ -195,6 +204,7 @@ __all__ = [
     "WaitResult",
     "after_tool_call",
     "before_tool_call",
+    "invocation_scope",
     "code_identity",
     "read_manifest",
 ]

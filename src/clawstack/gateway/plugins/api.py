@@ -54,6 +54,7 @@ from clawstack.gateway.errors import ConfigProblem, GatewayError
 from clawstack.gateway.tools import TOOL_NAME_PATTERN, Tool, ToolInvocation, ToolRegistry
 
 if TYPE_CHECKING:
+    from clawstack.gateway.authority import AuthorityAssertion
     from clawstack.gateway.plugins.hook_dispatch import PluginHooks
     from clawstack.gateway.plugins.hooks import DispatchHandler, HookRegistry
     from clawstack.gateway.plugins.store import PluginStoreSpace
@@ -327,7 +328,9 @@ class CommandContext:
     channel's command authorization. ``operator`` is the operator whose authority the command carries: the
     ``"gateway"`` operator on Gateway chat; on a channel, the operator a channel identity link ties an authorized
     sender to while that operator holds ``operator.admin``; otherwise ``None``. ``runtime_context`` holds the
-    runtimes of the command's runtime capabilities (:class:`CommandRuntimeContext`).
+    runtimes of the command's runtime capabilities (:class:`CommandRuntimeContext`). ``assertion`` is the captured
+    operator authority of a ``require_auth`` command's authorized requester (``None`` otherwise): pass it as
+    ``subagent.run(assert_current=ctx.assertion)`` so the run is admitted only while that authority holds.
     """
 
     plugin_id: str
@@ -338,6 +341,7 @@ class CommandContext:
     sender_id: str | None = None
     operator: str | None = None
     runtime_context: CommandRuntimeContext = field(default_factory=CommandRuntimeContext)
+    assertion: AuthorityAssertion | None = None
 
 
 CommandHandler = Callable[[CommandContext], Awaitable[str]]
@@ -627,7 +631,12 @@ class PluginApi:
         schema = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
 
         async def invoke(arguments: dict[str, Any], invocation: ToolInvocation) -> str:
-            return await handler(arguments)
+            # Imported here: the completion runtime imports this module. A completion the tool starts ends with
+            # the tool call.
+            from clawstack.gateway.plugins.complete import invocation_scope
+
+            with invocation_scope(PluginLifetime(self._id)):
+                return await handler(arguments)
 
         self._tools.register(Tool(name, description, schema, invoke, owner=self._id))
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from clawstack.gateway.dispatch import Requester
 from clawstack.gateway.plugins.api import DISPATCH_HOOK_NAMES, DispatchHookName, PluginLifetime, ToolHookName
+from clawstack.gateway.plugins.complete import invocation_scope
 
 if TYPE_CHECKING:
     from clawstack.gateway.plugins.subagent import PluginSubagent, RequestSubagent
@@ -132,12 +133,12 @@ class HookRegistry:
                     ),
                 )
                 try:
-                    reply = await hook.handler(ctx)
+                    # A completion the handler starts belongs to this invocation; the scope retires at its end.
+                    with invocation_scope(scope):
+                        reply = await hook.handler(ctx)
                 except Exception as exc:
                     _log.warning("%s hook of plugin %s raised %s", name, hook.plugin_id, type(exc).__name__)
                     continue
-                finally:
-                    scope.retire()
                 if reply is not None:
                     return hook, str(reply)
         return None

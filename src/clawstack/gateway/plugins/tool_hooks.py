@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from clawstack.gateway.plugins.api import PluginLifetime, ToolHookName
+from clawstack.gateway.plugins.complete import invocation_scope
 from clawstack.gateway.plugins.store import encode_json_value
 
 if TYPE_CHECKING:
@@ -194,11 +195,13 @@ def _failed(
     return _refuse(event, params, "tool_hook_failed", HOOK_FAILURE_REASON, hook.plugin_id, rewritten_by)
 
 
-async def _call(handler: Callable[[Any], object], event: object, timeout_s: float) -> object:
-    async with asyncio.timeout(timeout_s):
-        outcome = handler(event)
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
+async def _call(hook: RegisteredToolHook, event: object, timeout_s: float) -> object:
+    # A completion the handler starts belongs to this invocation and ends with it.
+    with invocation_scope(PluginLifetime(hook.plugin_id)):
+        async with asyncio.timeout(timeout_s):
+            outcome = hook.handler(event)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
     return outcome
 
 
@@ -224,7 +227,7 @@ async def before_tool_call(
         if not _live(hook):
             continue  # retired while an earlier handler ran
         try:
-            outcome = await _call(hook.handler, replace(event, params=copy.deepcopy(params)), timeout_s)
+            outcome = await _call(hook, replace(event, params=copy.deepcopy(params)), timeout_s)
         except TimeoutError:
             return _failed(event, params, hook, f"took longer than {timeout_s:g} s", rewritten_by)
         except Exception as exc:
@@ -310,7 +313,7 @@ async def _observe(hook: RegisteredToolHook, event: AfterToolCallEvent, timeout_
     if not _live(hook):
         return
     try:
-        await _call(hook.handler, replace(event, params=copy.deepcopy(event.params)), timeout_s)
+        await _call(hook, replace(event, params=copy.deepcopy(event.params)), timeout_s)
     except TimeoutError:
         _log.warning(
             "after_tool_call hook of plugin %s took longer than %g s (tool %s)",

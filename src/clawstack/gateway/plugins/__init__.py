@@ -204,7 +204,7 @@ __all__ = [
     "WaitResult",
     "after_tool_call",
     "before_tool_call",
-    "invocation_scope",
     "code_identity",
+    "invocation_scope",
     "read_manifest",
 ]

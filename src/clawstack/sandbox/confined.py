@@ -160,7 +160,7 @@ class ConfinedDir:
         followed = 0
         try:
             pending = deque(self._components(path))
-            stack: list[tuple[int, str]] = [(self._open_root(path), "")]
+            stack: list[tuple[int, str]] = [(self._open_root(), "")]
         except OSError as exc:
             raise self._translate(path, exc) from exc
         try:
@@ -229,11 +229,13 @@ class ConfinedDir:
             return None
         raise self._error(path, "not_a_directory", f"has {name!r} on its way, which is not a directory")
 
-    def _open_root(self, path: str) -> int:
+    def _open_root(self) -> int:
         try:
             return os.open(self.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
-            raise self._error(path, "root_missing", f"cannot be used: {self.root} is not a directory") from None
+            raise ConfinedPathError(
+                f"The {self.label} {self.root} does not exist or is not a directory", code="root_missing"
+            ) from None
 
     def _components(self, path: str) -> list[str]:
         if not path or "\0" in path:

@@ -42,6 +42,7 @@ __all__ = [
     "METHOD_SCOPES",
     "PROTOCOL_VERSION",
     "SCOPED_CLIENTS",
+    "ChannelIdentityParams",
     "ChatAbortParams",
     "ChatHistoryParams",
     "ChatSendParams",
@@ -57,6 +58,9 @@ __all__ = [
     "SessionsListParams",
     "SessionsResetParams",
     "SessionsSubscribeParams",
+    "UsersIdentityParams",
+    "UsersListIdentitiesParams",
+    "UsersSetRoleParams",
     "event_frame",
     "granted_scopes",
     "missing_scope",
@@ -93,6 +97,10 @@ METHOD_SCOPES: Final[Mapping[str, str]] = {
     "sessions.messages.subscribe": "operator.read",
     "sessions.messages.unsubscribe": "operator.read",
     "sessions.reset": "operator.admin",
+    "users.setRole": "operator.admin",
+    "users.linkChannelIdentity": "operator.admin",
+    "users.unlinkChannelIdentity": "operator.admin",
+    "users.listChannelIdentities": "operator.admin",
 }
 
 #: The events a connection may receive.
@@ -304,6 +312,34 @@ class SessionsResetParams(_Params):
     """``sessions.reset``: start a new incarnation of one session."""
 
     key: NonEmpty
+
+
+class UsersSetRoleParams(_Params):
+    """``users.setRole``: give an operator exactly one role (``None``: none at all)."""
+
+    profileId: NonEmpty
+    role: Literal["operator.admin", "operator.write", "operator.read"] | None
+
+
+class ChannelIdentityParams(_Params):
+    """A channel identity: the channel adapter's name and its verified sender id."""
+
+    channelId: NonEmpty
+    senderId: NonEmpty
+    accountId: NonEmpty | None = None
+
+
+class UsersIdentityParams(_Params):
+    """``users.linkChannelIdentity`` / ``users.unlinkChannelIdentity``."""
+
+    profileId: NonEmpty
+    identity: ChannelIdentityParams
+
+
+class UsersListIdentitiesParams(_Params):
+    """``users.listChannelIdentities``."""
+
+    profileId: NonEmpty
 
 
 class SessionsSubscribeParams(_Params):

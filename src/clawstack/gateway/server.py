@@ -45,7 +45,7 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
-from clawstack.gateway.authority import OperatorAuthority
+from clawstack.gateway.authority import OPERATOR_SCOPES, ChannelIdentity, OperatorAuthority
 from clawstack.gateway.channels import WebhookChannel, WebhookError
 from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
 from clawstack.gateway.config import GatewayConfig, split_model_ref
@@ -93,6 +93,9 @@ from clawstack.gateway.protocol import (
     SessionsListParams,
     SessionsResetParams,
     SessionsSubscribeParams,
+    UsersIdentityParams,
+    UsersListIdentitiesParams,
+    UsersSetRoleParams,
     event_frame,
     granted_scopes,
     missing_scope,
@@ -615,6 +618,8 @@ class GatewayServer:
             return await self._chat_abort(parse_params(ChatAbortParams, method, frame.params))
         if method == "sessions.list":
             return await self._sessions_list(parse_params(SessionsListParams, method, frame.params))
+        if method.startswith("users."):
+            return self._users(method, frame.params)
         if method == "sessions.reset":
             return await self._sessions_reset(parse_params(SessionsResetParams, method, frame.params))
         params = parse_params(SessionsSubscribeParams, method, frame.params)
@@ -764,6 +769,56 @@ class GatewayServer:
         key = _session_key(params.sessionKey)
         run_ids = await self._require_runs().abort(key, params.runId)
         return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
+
+    def _users(self, method: str, raw: object) -> Mapping[str, Any]:
+        """The operator-authority admin methods (OpenClaw's ``users.*`` names and shapes). A change applies at
+        once: work retained under authority it takes away is revoked. Changes live until the next restart or
+        config reload, which start again from the config's ``operators``."""
+        authority = self._require_authority()
+        try:
+            if method == "users.setRole":
+                role = parse_params(UsersSetRoleParams, method, raw)
+                change = authority.set_roles(role.profileId, [] if role.role is None else [role.role])
+                roles = next(e.roles for e in authority.operators if e.name == role.profileId)
+                return {
+                    "ok": True,
+                    "profileId": role.profileId,
+                    "roles": [r for r in OPERATOR_SCOPES if r in roles],
+                    "changed": change.changed,
+                    "revoked": len(change.revocations),
+                }
+            if method == "users.listChannelIdentities":
+                listed = parse_params(UsersListIdentitiesParams, method, raw)
+                links = [
+                    {"channelId": i.channel, "senderId": i.sender_id} for i in authority.links_of(listed.profileId)
+                ]
+                return {"profileId": listed.profileId, "links": links}
+            params = parse_params(UsersIdentityParams, method, raw)
+            identity = ChannelIdentity(params.identity.channelId, params.identity.senderId)
+            if method == "users.linkChannelIdentity":
+                change = authority.link(params.profileId, identity)
+                return {"ok": True, "changed": change.changed, "revoked": len(change.revocations)}
+            change = authority.unlink(params.profileId, identity)
+            return {"ok": True, "removed": change.changed, "revoked": len(change.revocations)}
+        except GatewayError as exc:
+            if isinstance(exc, ProtocolError):
+                raise
+            raise ProtocolError("INVALID_REQUEST", exc.message, details={"code": exc.code}) from None
+
+    def reload(self, config: GatewayConfig) -> tuple[str, ...]:
+        """Apply a newly loaded config's live parts to the running gateway: the operators (roles, identity links)
+        and the channels' ``allowFrom``; work retained under authority they take away is revoked. Returns the
+        top-level keys that differ otherwise, which take effect only after a restart."""
+        change = self._require_authority().update_from_config(config)
+        if change.revocations:
+            _log.warning("config reload revoked %d retained run(s)", len(change.revocations))
+        old, new = self._config.model_dump(), config.model_dump()
+        return tuple(sorted(k for k in new if k not in ("operators", "channels") and old.get(k) != new.get(k)))
+
+    def _require_authority(self) -> OperatorAuthority:
+        if self._authority is None:
+            raise ProtocolError("UNAVAILABLE", "the gateway is not running")
+        return self._authority
 
     async def _sessions_reset(self, params: SessionsResetParams) -> Mapping[str, Any]:
         """Abort the session's runs and start its new incarnation (a new ``sessionId``, an empty transcript)."""

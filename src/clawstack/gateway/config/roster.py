@@ -61,7 +61,10 @@ class AgentSubagents:
     configured: frozenset[str]
 
     def allows(self, agent_id: str) -> bool:
-        """Whether a child of the requester may run as ``agent_id`` (normalised first; unknown ids never)."""
+        """Whether a child of the requester may run as ``agent_id`` (normalised first; unknown ids never).
+
+        A malformed id raises :class:`~clawstack.gateway.keys.AgentIdError`.
+        """
         target = normalize_agent_id(agent_id)
         if target not in self.configured:
             return False

@@ -237,7 +237,7 @@ class GatewayServer:
     ) -> None:
         if tick_interval_ms < 1 or handshake_timeout_s <= 0 or max_payload < 1 or max_buffered_bytes < 1:
             raise ValueError("tick interval, handshake timeout and size limits must be positive")
-        self._config = config
+        self._config = config.with_state_dir(data_dir)  # default workspaces live in the data directory too
         self._data_dir = Path(data_dir)
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._llm_factory = llm_factory

@@ -1,7 +1,8 @@
 """The agent loop: one agent turn, from a user message to a final answer, recorded step by step.
 
 :meth:`AgentLoop.run_turn` appends the user message to the session's transcript, sends the transcript (after the
-agent's instructions) and the agent's effective tools to the agent's model, streams the answer to the caller's
+agent's instructions and its workspace's bootstrap files, see :mod:`clawstack.gateway.bootstrap`; a subagent
+session gets ``AGENTS.md`` only, the minimal prompt none) and the agent's effective tools to the agent's model, streams the answer to the caller's
 ``on_event`` callback, runs the tools the model calls, and loops until the model answers without tool calls or
 :data:`MAX_TOOL_ROUNDS` model calls have been made. Every assistant and tool message is appended to the
 transcript as soon as it is complete, with the provider, model, usage and stop reason; the run is recorded in the
@@ -59,9 +60,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from clawstack.gateway.bootstrap import BOOTSTRAP_FILES, SUBAGENT_BOOTSTRAP_FILES, bootstrap_context
 from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, split_model_ref
 from clawstack.gateway.custody import NATIVE_OWNER
 from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.keys import parse_session_key
 from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
 from clawstack.gateway.tools import Tool, ToolError, ToolInvocation, ToolPolicy, ToolRegistry
 from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, ToolCall
@@ -326,9 +329,9 @@ class AgentLoop:
             layers.append(ToolPolicy(tools_allow))
         return ToolPolicy.from_config(self._config.tools).effective(candidates, *layers)
 
-    def workspace(self, agent_id: str) -> Path | None:
-        """The directory the agent's workspace tools are confined to (``agents.defaults.workspace``)."""
-        return self._config.agents.defaults.workspace
+    def workspace(self, agent_id: str) -> Path:
+        """The agent's workspace: where its workspace tools are confined and its bootstrap files are read."""
+        return self.agent(agent_id).workspace
 
     def agent(self, agent_id: str) -> AgentEntry:
         """The configured agent; :class:`UnknownAgentError` if there is none."""
@@ -419,19 +422,34 @@ class AgentLoop:
             raise ValueError("timeout_s must be a positive number of seconds")
         if prompt_mode not in ("full", "minimal"):
             raise ValueError('prompt_mode must be "full" or "minimal"')
-        if prompt_mode == "minimal":
-            instructions = agent.instructions or ""
-            if len(instructions) > MINIMAL_INSTRUCTIONS_CHARS:
-                instructions = instructions[:MINIMAL_INSTRUCTIONS_CHARS] + "\n[instructions truncated]"
-            system_parts = [MINIMAL_PROMPT, instructions, extra_system_prompt or ""]
-        else:
-            system_parts = [agent.instructions or "", extra_system_prompt or ""]
-        system_parts = [part for part in system_parts if part]
 
         store = self._store
         session = await asyncio.to_thread(store.get_or_create, session_key, agent_id=agent_id)
         # Only a native child's session (which no caller can create or claim) is ever blind.
         blind = session.owner == NATIVE_OWNER and session.metadata.get("blind") is True
+        subagent = parse_session_key(session.key).kind == "subagent"
+        workspace = agent.workspace
+        if agent.skip_bootstrap or prompt_mode == "minimal":
+            bootstrap = ""  # the minimal prompt stays bounded: no workspace files
+        else:
+            bootstrap = (
+                await asyncio.to_thread(
+                    bootstrap_context,
+                    workspace,
+                    blind=blind,
+                    max_chars=agent.bootstrap_max_chars,
+                    total_max_chars=agent.bootstrap_total_max_chars,
+                    files=SUBAGENT_BOOTSTRAP_FILES if subagent else BOOTSTRAP_FILES,
+                )
+            ).text
+        if prompt_mode == "minimal":
+            instructions = agent.instructions or ""
+            if len(instructions) > MINIMAL_INSTRUCTIONS_CHARS:
+                instructions = instructions[:MINIMAL_INSTRUCTIONS_CHARS] + "\n[instructions truncated]"
+            system_parts = [MINIMAL_PROMPT, instructions, bootstrap, extra_system_prompt or ""]
+        else:
+            system_parts = [agent.instructions or "", bootstrap, extra_system_prompt or ""]
+        system_parts = [part for part in system_parts if part]
         run, _ = await asyncio.to_thread(store.start_run, run_id, session_key)
         if run.state != "accepted":
             raise RunStateError(f"the run is already {run.state}")
@@ -449,7 +467,7 @@ class AgentLoop:
             this_run_only=prompt_mode == "minimal",
             reasoning_effort=reasoning_effort,
             session_id=session.session_id,
-            workspace=self.workspace(agent_id),
+            workspace=workspace,
             blind=blind,
         )
         scope = asyncio.timeout(timeout_s)

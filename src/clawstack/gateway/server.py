@@ -46,6 +46,7 @@ from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
 from clawstack.gateway.authority import OPERATOR_SCOPES, ChannelIdentity, OperatorAuthority
+from clawstack.gateway.bootstrap import prepare_workspace
 from clawstack.gateway.channels import WebhookChannel, WebhookError
 from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
 from clawstack.gateway.config import GatewayConfig, split_model_ref
@@ -108,6 +109,8 @@ from clawstack.gateway.runner import GatewayRuns, RunsClosedError
 from clawstack.gateway.session_tools import session_tools
 from clawstack.gateway.sessions import Message, SessionStore
 from clawstack.gateway.tools import ToolRegistry
+from clawstack.gateway.workspace_tools import workspace_tools
+from clawstack.sandbox import Sandbox
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
 
@@ -260,6 +263,7 @@ class GatewayServer:
         self._builtins: BuiltinCommands | None = None
         self._plugin_store: PluginStore | None = None
         self._authority: OperatorAuthority | None = None
+        self._own_tools: list[str] = []
         self._natives: NativeChildren | None = None
         self._channels: dict[str, ChannelOutbox] = {}
         self._webhook: WebhookChannel | None = None
@@ -361,8 +365,16 @@ class GatewayServer:
             self._children = children
             self._natives = NativeChildren(self._config, store, children, runs, clock=self._clock)
             await self._natives.start()
-            for tool in session_tools(store, runs, self._natives):
+            for agent in self._config.roster:
+                await asyncio.to_thread(
+                    prepare_workspace,
+                    agent.workspace,
+                    seed=not agent.skip_bootstrap,
+                    skip_optional=agent.skip_optional_bootstrap_files,
+                )
+            for tool in [*workspace_tools(sandbox=Sandbox()), *session_tools(store, runs, self._natives)]:
                 self._registry.register(tool)
+                self._own_tools.append(tool.name)
             completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)
             self._plugins = runs.plugins = PluginLoader(
                 self._config,
@@ -427,6 +439,9 @@ class GatewayServer:
             self._plugins.retire_all()
         if self._plugin_store is not None:
             await asyncio.to_thread(self._plugin_store.close)
+        for name in self._own_tools:
+            self._registry.unregister(name)
+        self._own_tools.clear()
         if self._agent is not None:
             await self._agent.aclose()
         if self._store is not None:

@@ -213,6 +213,10 @@ class ToolRegistry:
             del self._tools[name]
         return names
 
+    def unregister(self, name: str) -> None:
+        """Remove the tool called ``name`` if there is one."""
+        self._tools.pop(name, None)
+
     def owner(self, name: str) -> str | None:
         """The plugin that registered ``name`` (``None`` for the gateway's own tools); :class:`ToolNotFoundError`."""
         tool = self._tools.get(name)

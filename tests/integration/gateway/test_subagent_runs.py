@@ -271,7 +271,9 @@ async def test_prompt_modes_and_disable_tools(server: GatewayServer, fake: FakeM
     full = await subagent.run(session_key=CHILD, message="@fake reply: second")
     await subagent.wait_for_run(full.run_id, timeout_ms=10_000)
     messages = fake.requests[-1].body["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    # The full prompt: the workspace's bootstrap file for subagent runs (the seeded AGENTS.md), then the transcript.
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert "AGENTS.md" in messages[0]["content"]
 
     minimal = await subagent.run(
         session_key=CHILD, message="@fake reply: third", prompt_mode="minimal", disable_tools=True
@@ -483,7 +485,8 @@ async def test_the_minimal_prompt_keeps_the_agents_instructions_bounded(tmp_path
         assert len(system) < len(MINIMAL_PROMPT) + MINIMAL_INSTRUCTIONS_CHARS + 100
         full = await subagent.run(session_key=CHILD, message="@fake reply: ok")
         await subagent.wait_for_run(full.run_id, timeout_ms=10_000)
-        assert fake.requests[-1].body["messages"][0]["content"] == long_instructions
+        # The full prompt: all the instructions, then the workspace's AGENTS.md.
+        assert fake.requests[-1].body["messages"][0]["content"].startswith(long_instructions.rstrip())
 
 
 # --------------------------------------------------------------------------------------------------------------------

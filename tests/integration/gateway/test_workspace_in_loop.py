@@ -40,7 +40,7 @@ async def turn(client: Client, key: str, message: str, idem: str) -> list[dict[s
 
 
 async def test_each_agent_works_in_its_own_workspace(gateway: Any) -> None:
-    server, fake, client, tmp_path = gateway
+    _server, fake, client, tmp_path = gateway
     (tmp_path / "ws-ops").mkdir(exist_ok=True)
     (tmp_path / "ws-ops" / "AGENTS.md").write_text("OPS-RULES: keep it short.\n")
     fake.add_script_steps(
@@ -70,7 +70,7 @@ async def test_each_agent_works_in_its_own_workspace(gateway: Any) -> None:
 
 
 async def test_a_blind_child_sees_its_workspace_as_a_placeholder(gateway: Any) -> None:
-    server, fake, client, tmp_path = gateway
+    _server, fake, client, tmp_path = gateway
     fake.add_script_steps(
         parse_script(
             [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,10 +35,13 @@ async def fake() -> AsyncIterator[FakeModelServer]:
 
 @pytest.fixture
 async def server(tmp_path: Path, fake: FakeModelServer) -> AsyncIterator[GatewayServer]:
-    document: dict[str, Any] = json5.loads((EXAMPLES / "gateway" / "gateway.json5").read_text())
+    # A copy of the examples: the gateway prepares (and seeds) the agents' workspaces beside the config.
+    examples = tmp_path / "examples"
+    shutil.copytree(EXAMPLES, examples, ignore=shutil.ignore_patterns("__pycache__"))
+    document: dict[str, Any] = json5.loads((examples / "gateway" / "gateway.json5").read_text())
     document["gateway"]["port"] = 0
     document["models"]["providers"]["fake"]["baseUrl"] = fake.base_url
-    config = parse_config(document, base_dir=EXAMPLES / "gateway", environ={"CLAW_GATEWAY_TOKEN": TOKEN})
+    config = parse_config(document, base_dir=examples / "gateway", environ={"CLAW_GATEWAY_TOKEN": TOKEN})
     async with GatewayServer(config, data_dir=tmp_path / "data") as gateway:
         yield gateway
 

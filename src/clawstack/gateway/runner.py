@@ -139,11 +139,12 @@ class GatewayRuns:
         """The ids of the session's runs in flight (queued or running)."""
         return [run.run_id for run in self._active.values() if run.session_key == session_key]
 
-    def known_run(self, session_key: str, idempotency_key: str) -> bool:
+    async def known_run(self, session_key: str, idempotency_key: str) -> bool:
         """Whether a run with this idempotency key is in flight on the session or recorded for it."""
         if self._in_flight(session_key, idempotency_key, idempotency_key) is not None:
             return True
-        return self._store.find_by_idempotency_key(session_key, idempotency_key) is not None
+        found = await asyncio.to_thread(self._store.find_by_idempotency_key, session_key, idempotency_key)
+        return found is not None
 
     def busy_sessions(self) -> set[str]:
         """The session keys with a run in flight."""

@@ -695,7 +695,7 @@ class GatewayServer:
             run_ids = await runs.abort(key)
             return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
         if name in ("reset", "new"):
-            if request.idempotency_key is not None and runs.known_run(key, request.idempotency_key):
+            if request.idempotency_key is not None and await runs.known_run(key, request.idempotency_key):
                 started = await runs.start(request, requester=requester, builtin=_fixed(""))
                 return {"runId": started.run_id, "status": started.status}
             await runs.abort(key)

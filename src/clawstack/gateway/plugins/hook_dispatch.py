@@ -27,12 +27,19 @@ from dataclasses import dataclass
 from typing import Final
 
 from clawstack.gateway.config import GatewayConfig
-from clawstack.gateway.dispatch import Requester, RunHost, RunRequest, TurnOptions, wrap_external_content
+from clawstack.gateway.dispatch import (
+    REASONING_EFFORT_BY_THINKING,
+    THINKING_LEVELS,
+    Requester,
+    RunHost,
+    RunRequest,
+    TurnOptions,
+    wrap_external_content,
+)
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, main_key, normalize_agent_id, parse_session_key
 from clawstack.gateway.plugins.api import PluginLifetime, Trust
 from clawstack.gateway.plugins.complete import detached
-from clawstack.llm import ReasoningEffort
 
 __all__ = [
     "EXTERNAL_CONTENT_SOURCES",
@@ -48,18 +55,6 @@ HOOK_AGENT_TURNS: Final = "hooks.dispatch_hook_agent_turn"
 
 #: The external-content sources a hook turn may name.
 EXTERNAL_CONTENT_SOURCES: Final = ("email",)
-
-#: The accepted ``thinking`` levels.
-THINKING_LEVELS: Final = ("off", "minimal", "low", "medium", "high")
-
-#: How a ``thinking`` level reaches the model: the chat-completions ``reasoning_effort``.
-_REASONING_EFFORT: Final[dict[str, ReasoningEffort]] = {
-    "off": "none",
-    "minimal": "minimal",
-    "low": "low",
-    "medium": "medium",
-    "high": "high",
-}
 
 #: The longest ``timeout_seconds`` a hook turn may ask for: one hour.
 MAX_HOOK_TIMEOUT_S: Final = 3600
@@ -160,7 +155,7 @@ class HookDispatcher:
             message=wrap_external_content(message, source=source, name=name),
             lane="cron",
             options=TurnOptions(
-                reasoning_effort=_REASONING_EFFORT[str(thinking)] if thinking is not None else None,
+                reasoning_effort=REASONING_EFFORT_BY_THINKING[str(thinking)] if thinking is not None else None,
                 timeout_s=None if timeout_seconds is None else float(timeout_seconds),
             ),
             idempotency_key=idempotency_key,

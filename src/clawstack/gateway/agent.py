@@ -324,10 +324,14 @@ class AgentLoop:
             return []
         extra = frozenset(also_allow)
         candidates = [name for name in self._registry.names() if name in extra or self._registry.owner(name) is None]
-        layers = [ToolPolicy.from_config(self.agent(agent_id).tools)]
+        tools = self._config.tools
+        if not tools.swarm.enabled:
+            # Without collector support a native child could never be collected: no spawning either.
+            candidates = [name for name in candidates if name not in ("sessions_spawn", "agents_wait")]
+        layers = [*ToolPolicy.layers_from_config(tools), *ToolPolicy.layers_from_config(self.agent(agent_id).tools)]
         if tools_allow is not None:
             layers.append(ToolPolicy(tools_allow))
-        return ToolPolicy.from_config(self._config.tools).effective(candidates, *layers)
+        return ToolPolicy().effective(candidates, *layers)
 
     def workspace(self, agent_id: str) -> Path:
         """The agent's workspace: where its workspace tools are confined and its bootstrap files are read."""

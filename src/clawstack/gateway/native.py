@@ -308,8 +308,7 @@ class NativeChildren:
             raise SpawnRefusedError(f"no agent {json.dumps(requested)} is configured") from None
         if target == parent.agent_id:
             return target
-        allowed = self._config.agent(parent.agent_id).subagents.allow_agents
-        if "*" not in allowed and target not in allowed:
+        if not self._config.agent(parent.agent_id).subagents.allows(target):
             raise SpawnRefusedError(
                 f"agent {json.dumps(target)} is not in subagents.allowAgents of {json.dumps(parent.agent_id)}",
                 status="forbidden",

@@ -372,7 +372,10 @@ class GatewayServer:
                     seed=not agent.skip_bootstrap,
                     skip_optional=agent.skip_optional_bootstrap_files,
                 )
-            for tool in [*workspace_tools(sandbox=Sandbox()), *session_tools(store, runs, self._natives)]:
+            for tool in [
+                *workspace_tools(sandbox=Sandbox()),
+                *session_tools(store, runs, self._natives, visibility=self._config.tools.sessions.visibility),
+            ]:
                 self._registry.register(tool)
                 self._own_tools.append(tool.name)
             completer = SubagentCompleter(self._config, self._agent, lanes=self._lanes)

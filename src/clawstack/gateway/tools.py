@@ -30,7 +30,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from clawstack.gateway import config as gateway_config
 from clawstack.gateway.config import TOOL_GROUPS, expand_tool_names
@@ -38,6 +38,7 @@ from clawstack.gateway.errors import GatewayError
 
 __all__ = [
     "TOOL_NAME_PATTERN",
+    "TOOL_PROFILES",
     "Tool",
     "ToolError",
     "ToolExistsError",
@@ -50,6 +51,23 @@ __all__ = [
     "ToolRegistry",
     "ToolRegistryError",
 ]
+
+#: OpenClaw's tool profiles, as allow-lists of the tools (and groups) each one keeps; ``full`` keeps everything.
+TOOL_PROFILES: Final[Mapping[str, tuple[str, ...]]] = {
+    "minimal": ("session_status",),
+    "coding": ("group:fs", "group:runtime", "group:web", "group:sessions", "cron", "gateway"),
+    "messaging": (
+        "group:messaging",
+        "sessions_list",
+        "sessions_history",
+        "sessions_send",
+        "sessions_spawn",
+        "sessions_yield",
+        "subagents",
+        "session_status",
+        "agents_wait",
+    ),
+}
 
 #: What a registered tool's name must match: the OpenAI function-name rule.
 TOOL_NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -151,8 +169,17 @@ class ToolPolicy:
 
     @classmethod
     def from_config(cls, policy: gateway_config.ToolPolicy) -> ToolPolicy:
-        """The layer a config ``tools`` section (global or an agent's) describes."""
+        """The allow/deny layer a config ``tools`` section (global or an agent's) describes."""
         return cls(policy.allow, policy.deny)
+
+    @classmethod
+    def layers_from_config(cls, policy: gateway_config.ToolPolicy) -> list[ToolPolicy]:
+        """Every layer a config ``tools`` section describes: its ``profile`` (unless ``full`` or absent), then its
+        allow/deny lists."""
+        layers = [cls.from_config(policy)]
+        if policy.profile is not None and policy.profile != "full":
+            layers.insert(0, cls(TOOL_PROFILES[policy.profile]))
+        return layers
 
     def permits(self, name: str) -> bool:
         """Whether this layer alone lets ``name`` through: not denied, and allowed (or no allow-list)."""

@@ -19,12 +19,15 @@ import pytest
 from clawstack.common.clock import ManualClock
 from clawstack.gateway.config import parse_config
 from clawstack.gateway.custody import MAX_RESULT_BYTES
+from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.session_tools import SESSION_TOOL_NAMES
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer, parse_script
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, config_document, connected
 
 KEY = "agent:main:main"
 WAIT_S = 20.0
+SESSION_TOOLS = set(SESSION_TOOL_NAMES)
 
 
 def spawn_call(task: str, **extra: Any) -> dict[str, Any]:
@@ -443,3 +446,79 @@ async def test_sessions_reset_needs_admin_and_starts_a_new_incarnation(gateway_f
     assert unknown["error"]["code"] == "INVALID_REQUEST"
     bad = await gateway.client.request("sessions.reset", {"sessionKey": KEY})
     assert bad["error"]["code"] == "INVALID_REQUEST"
+
+
+# -- tool configuration -----------------------------------------------------------------------------------------
+
+
+def offered(fake: FakeModelServer) -> set[str]:
+    return {tool["function"]["name"] for tool in fake.requests[-1].body.get("tools", [])}
+
+
+async def test_the_default_surface_and_tool_profiles(tmp_path: Path) -> None:
+    async with FakeModelServer(api_key=API_KEY) as fake:
+        for index, (tools, expected) in enumerate(
+            [
+                ({}, {"read", "write", "edit", "exec", *SESSION_TOOLS}),
+                ({"profile": "minimal"}, {"session_status"}),
+                ({"profile": "coding", "deny": ["exec"]}, {"read", "write", "edit", *SESSION_TOOLS}),
+                ({"profile": "messaging"}, set(SESSION_TOOLS)),
+                (
+                    {"swarm": {"enabled": False}},
+                    {"read", "write", "edit", "exec", *SESSION_TOOLS} - {"sessions_spawn", "agents_wait"},
+                ),
+            ]
+        ):
+            document = config_document(fake.base_url)
+            document["tools"] = tools
+            config = parse_config(document, base_dir=tmp_path, environ={})
+            data_dir = tmp_path / f"data-{index}"
+            async with GatewayServer(config, data_dir=data_dir) as server, aiohttp.ClientSession() as http:
+                client = await connected(http, server.port)
+                gateway = Gateway(server, fake, client)
+                gateway.script([{"reply": "ok"}])
+                await gateway.turn("hello")
+            assert offered(fake) == expected, tools
+
+
+def test_tool_search_and_unknown_visibility_are_refused(tmp_path: Path) -> None:
+    for tools, needle in [({"toolSearch": True}, "toolSearch"), ({"sessions": {"visibility": "world"}}, "visibility")]:
+        document = config_document("http://127.0.0.1:9/v1")
+        document["tools"] = tools
+        with pytest.raises(GatewayError, match=needle):
+            parse_config(document, base_dir=tmp_path, environ={})
+
+
+async def test_agent_visibility_reaches_same_agent_sessions_and_sessions_send_waits_for_the_reply(
+    tmp_path: Path,
+) -> None:
+    async with FakeModelServer(api_key=API_KEY) as fake:
+        document = config_document(fake.base_url)
+        document["tools"] = {"sessions": {"visibility": "agent"}}
+        config = parse_config(document, base_dir=tmp_path, environ={})
+        async with GatewayServer(config, data_dir=tmp_path / "data") as server, aiohttp.ClientSession() as http:
+            gateway = Gateway(server, fake, await connected(http, server.port))
+            other = "agent:main:channel:webhook:bob"
+            gateway.script([{"match_user": "BOB-HI", "reply": "hi from bob"}])
+            await gateway.turn("BOB-HI", key=other)
+            calls = [
+                {"name": "sessions_list", "arguments": {}},
+                {
+                    "name": "sessions_send",
+                    "arguments": {"sessionKey": other, "message": "BOB-PING", "timeoutSeconds": 20},
+                },
+            ]
+            gateway.script(
+                [
+                    {"match_user": "SEND-", "tool_calls": calls},
+                    {"match_user": "BOB-PING", "reply": "pong from bob"},
+                    {"match_user": "SEND-", "reply": "sent"},
+                ]
+            )
+            _, (listing, sent) = await gateway.turn("SEND- ping bob")
+    assert {s["key"] for s in listing["sessions"]} == {KEY, other}
+    assert listing["visibility"] == "agent"
+    assert sent["status"] == "ok"
+    assert sent["reply"] == "pong from bob"
+    inbound = next(r for r in fake.requests if "BOB-PING" in json.dumps(r.body["messages"][-1]))
+    assert "isUser=false" in json.dumps(inbound.body["messages"][-1])

@@ -28,9 +28,13 @@ from clawstack.gateway.config.agents import (
     AgentListItem,
     AgentsConfig,
     AgentSubagentsConfig,
+    SessionToolsConfig,
     SubagentDefaults,
+    SwarmConfig,
     SystemAgent,
     ToolPolicy,
+    ToolProfile,
+    ToolsConfig,
 )
 from clawstack.gateway.config.checks import problems_from_pydantic
 from clawstack.gateway.config.document import GatewayConfig, load_config, parse_config
@@ -107,9 +111,13 @@ __all__ = [
     "ProviderConfig",
     "ProviderModel",
     "Roster",
+    "SessionToolsConfig",
     "SubagentDefaults",
+    "SwarmConfig",
     "SystemAgent",
     "ToolPolicy",
+    "ToolProfile",
+    "ToolsConfig",
     "WebhookChannelConfig",
     "WebhookOutbound",
     "default_state_dir",

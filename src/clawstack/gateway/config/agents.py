@@ -59,11 +59,42 @@ def _allow_agent(value: str) -> str:
 AllowAgent = Annotated[StrictStr, AfterValidator(_allow_agent)]
 
 
-class ToolPolicy(Section):
-    """``tools`` / ``agents.entries.<id>.tools``: tool names and groups; ``allow`` absent means no allow-list."""
+ToolProfile = Literal["minimal", "coding", "messaging", "full"]
 
+
+class ToolPolicy(Section):
+    """``tools`` / ``agents.entries.<id>.tools``: tool names and groups; ``allow`` absent means no allow-list.
+
+    ``profile`` (OpenClaw's) is one more narrowing layer: the tools its profile names
+    (:data:`~clawstack.gateway.tools.TOOL_PROFILES`); ``full``, or no profile, filters nothing.
+    """
+
+    profile: ToolProfile | None = None
     allow: tuple[ToolName, ...] | None = None
     deny: tuple[ToolName, ...] = ()
+
+
+class SwarmConfig(Section):
+    """``tools.swarm``: collector children (``sessions_spawn`` collected with ``agents_wait``)."""
+
+    enabled: StrictBool = True
+
+
+class SessionToolsConfig(Section):
+    """``tools.sessions``: which sessions the session tools can see from a turn."""
+
+    visibility: Literal["self", "tree", "agent", "all"] = "tree"
+
+
+class ToolsConfig(ToolPolicy):
+    """The top-level ``tools``: the global policy layer, and the settings of the gateway's own tools.
+
+    ``toolSearch`` is accepted only as ``false``: this gateway always sends tool schemas directly.
+    """
+
+    tool_search: Literal[False] = False
+    swarm: SwarmConfig = SwarmConfig()
+    sessions: SessionToolsConfig = SessionToolsConfig()
 
 
 class SubagentDefaults(Section):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import PrivateAttr, ValidationError
 
-from clawstack.gateway.config.agents import AgentsConfig, ToolPolicy
+from clawstack.gateway.config.agents import AgentsConfig, ToolsConfig
 from clawstack.gateway.config.checks import cross_checks, problems_from_pydantic
 from clawstack.gateway.config.models import ModelsConfig, ModelSelection, ProviderConfig, ProviderModel, Section
 from clawstack.gateway.config.paths import default_state_dir
@@ -50,7 +50,7 @@ class GatewayConfig(Section):
 
     models: ModelsConfig
     agents: AgentsConfig
-    tools: ToolPolicy = ToolPolicy()
+    tools: ToolsConfig = ToolsConfig()
     plugins: PluginsConfig = PluginsConfig()
     hooks: HooksConfig = HooksConfig()
     cron: CronConfig = CronConfig()

@@ -176,6 +176,8 @@ _ENTRY_SUBAGENTS = frozenset(["delegationMode", "model", "thinking", "requireAge
 
 def unsupported(loc: tuple[str | int, ...]) -> bool:
     """Whether an unknown key at ``loc`` is an OpenClaw key that clawstack does not implement."""
+    if not loc:
+        return False  # the error is about the document itself
     *parent, key = loc
     if not isinstance(key, str):
         return False

@@ -48,7 +48,16 @@ TOOL_GROUPS: Mapping[str, frozenset[str]] = MappingProxyType(
         "group:runtime": frozenset({"exec", "process"}),
         "group:web": frozenset({"web_search", "web_fetch"}),
         "group:sessions": frozenset(
-            {"sessions_list", "sessions_history", "sessions_send", "sessions_spawn", "session_status"}
+            {
+                "sessions_list",
+                "sessions_history",
+                "sessions_send",
+                "sessions_spawn",
+                "sessions_yield",
+                "subagents",
+                "session_status",
+                "agents_wait",
+            }
         ),
         "group:messaging": frozenset({"message"}),
         "group:automation": frozenset({"cron", "gateway"}),

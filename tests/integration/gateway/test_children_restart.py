@@ -43,7 +43,9 @@ class Process:
     async def start(self) -> None:
         argv = [peers.claw_executable(), "gateway", "serve", "--config", str(self.config_path)]
         argv += ["--data-dir", str(self.data_dir), "--log-level", "warning"]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = await asyncio.to_thread(
+            subprocess.Popen, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         assert self.proc.stdout is not None
         line = await asyncio.to_thread(self.proc.stdout.readline)
         self.proc.stdout.close()
@@ -114,10 +116,11 @@ async def test_children_queued_running_and_finished_survive_sigkill(gateway: Pro
         receipts = await chat(http, gateway.port, "PARENT-R spawn three", "spawn")
         assert [r["status"] for r in receipts] == ["accepted"] * 3
         ids = [r["runId"] for r in receipts]
+        # The parent's two model calls, the first child's, and the second child's (held by its delay).
         async with asyncio.timeout(WAIT_S):
-            while calls_for(fake, "CHILD-R2") < 1:
-                await asyncio.sleep(0.05)
+            await fake.wait_for_requests(4)
         assert calls_for(fake, "CHILD-R1") == 1
+        assert calls_for(fake, "CHILD-R2") == 1
         gateway.kill()
 
         await gateway.start()

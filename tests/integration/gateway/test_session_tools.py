@@ -20,8 +20,8 @@ from clawstack.common.clock import ManualClock
 from clawstack.gateway.config import parse_config
 from clawstack.gateway.custody import MAX_RESULT_BYTES
 from clawstack.gateway.errors import GatewayError
-from clawstack.gateway.session_tools import SESSION_TOOL_NAMES
 from clawstack.gateway.server import GatewayServer
+from clawstack.gateway.session_tools import SESSION_TOOL_NAMES
 from clawstack.llm.fake import FakeModelServer, parse_script
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, config_document, connected
 

@@ -589,6 +589,8 @@ class _Turn:
                     messages=self._messages,
                     tools=tools or None,
                     reasoning_effort=self.reasoning_effort,
+                    # The model's configured output cap (maxTokens), as OpenClaw sends it.
+                    extra=None if model.max_tokens is None else {"max_completion_tokens": model.max_tokens},
                 ) as stream:
                     async for chunk in stream:
                         if chunk.content:

@@ -555,3 +555,29 @@ async def test_a_failing_event_handler_is_recorded_as_an_error(loop: AgentLoop, 
         )
     assert run_state(store, "run-b") == ("error", "internal error")
     assert [m.role for m in transcript(store)] == ["user"]
+
+
+async def test_a_models_max_tokens_is_sent_as_its_output_cap(tmp_path: Path, store: SessionStore) -> None:
+    async with FakeModelServer(api_key=API_KEY) as fake:
+        document = {
+            "models": {
+                "providers": {
+                    "fake": {
+                        "baseUrl": fake.base_url,
+                        "apiKey": API_KEY,
+                        "models": [{"id": "primary", "maxTokens": 321}, {"id": "backup"}],
+                    }
+                }
+            },
+            "agents": {"defaults": {"model": {"primary": "fake/primary", "fallbacks": ["fake/backup"]}}},
+            "gateway": {"port": 0, "auth": {"mode": "token", "token": "gateway-token"}},
+        }
+        config = parse_config(document, base_dir=tmp_path, environ={})
+        async with AgentLoop(config, store, ToolRegistry()) as loop:
+            result = await loop.run_turn(run_id="cap-1", session_key=KEY, agent_id="main", message="@fake reply: ok")
+            assert result.status == "ok"
+            assert fake.requests[-1].body["max_completion_tokens"] == 321
+            result = await loop.run_turn(
+                run_id="cap-2", session_key=KEY, agent_id="main", message="@fake reply: ok", model="fake/backup"
+            )
+            assert "max_completion_tokens" not in fake.requests[-1].body

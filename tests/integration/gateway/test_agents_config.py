@@ -259,7 +259,6 @@ def test_two_configs_in_one_folder_get_two_state_directories(tmp_path: Path) -> 
         f"models.providers.{PROVIDER}.models[0].reasoning",
         f"models.providers.{PROVIDER}.models[0].input",
         f"models.providers.{PROVIDER}.models[0].cost",
-        f"models.providers.{PROVIDER}.models[0].maxTokens",
     ]
 
 

@@ -711,7 +711,6 @@ def test_reference_offline_config_loads_unchanged(tmp_path: Path) -> None:
         f"{model}.reasoning",
         f"{model}.input",
         f"{model}.cost",
-        f"{model}.maxTokens",
     )
     assert config.gateway.auth.secret.get_secret_value() == "filled-in"
     assert config.agents.defaults.workspace == tmp_path / "filled-in"

@@ -45,7 +45,6 @@ _INERT: dict[str, str] = {
     "models.providers.*.models[].reasoning": "reasoning effort is sent when a run asks for it, whatever this says",
     "models.providers.*.models[].input": "claw gateway sends text only",
     "models.providers.*.models[].cost": "usage is reported in tokens, not priced",
-    "models.providers.*.models[].maxTokens": "no output cap is sent with the model's requests",
 }
 
 DROPPED_KEYS: tuple[str, ...] = tuple(_DROPPED)

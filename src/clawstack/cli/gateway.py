@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -17,7 +18,6 @@ import click
 from clawstack import __version__
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.common.ids import new_uuid
-from clawstack.connect.transcript import message_text
 from clawstack.gateway.config import GatewayConfig, default_state_dir, load_config
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.protocol import PROTOCOL_VERSION
@@ -68,7 +68,7 @@ def gateway() -> None:
     help="Logging on stderr (never message content or secrets).",
 )
 def serve(config_path: Path, data_dir: Path | None, plugin_paths: tuple[Path, ...], log_level: str) -> None:
-    """Serve the gateway in the foreground until SIGTERM or SIGINT.
+    """Serve the gateway in the foreground until SIGTERM or SIGINT; SIGHUP reloads the config's operators.
 
     Once listening it prints one line on stdout, 'gateway listening on ws://HOST:PORT', where HOST:PORT come from
     gateway.bind and gateway.port (port 0 picks a free port, which the line shows). Runs a previous process left
@@ -78,6 +78,10 @@ def serve(config_path: Path, data_dir: Path | None, plugin_paths: tuple[Path, ..
     State is kept per gateway: without --data-dir, each config file gets its own state directory (see --data-dir),
     so two gateways whose configs share a folder never collide; one config file serves one gateway at a time.
     Config keys an OpenClaw config may carry that have no effect here are named in one warning on stderr.
+
+    On SIGHUP the config file is read again and its operators (roles, channel identity links) and channels'
+    allowFrom take effect at once, revoking work retained under authority they take away; other changed keys are
+    named in a warning and wait for a restart. A config that no longer loads is logged and changes nothing.
     """
     directory = data_dir if data_dir is not None else default_state_dir(config_path)
     try:
@@ -91,11 +95,25 @@ def serve(config_path: Path, data_dir: Path | None, plugin_paths: tuple[Path, ..
             ", ".join(config.ignored_keys),
         )
     _log.info("state directory: %s", directory)
-    asyncio.run(_serve(config, directory, plugin_paths))
+    asyncio.run(_serve(config, directory, plugin_paths, config_path=config_path))
 
 
-async def _serve(config: GatewayConfig, data_dir: Path, plugin_paths: Sequence[Path] = ()) -> None:
+async def _serve(
+    config: GatewayConfig, data_dir: Path, plugin_paths: Sequence[Path] = (), *, config_path: Path | None = None
+) -> None:
     server = GatewayServer(config, data_dir=data_dir, plugin_paths=plugin_paths)
+
+    def reload() -> None:
+        assert config_path is not None
+        try:
+            fresh = load_config(config_path, state_dir=data_dir)
+        except GatewayError as exc:
+            _log.error("config reload failed, nothing changed: %s", exc.message)
+            return
+        pending = server.reload(fresh)
+        _log.info("config reloaded: operators and channel allowFrom applied")
+        if pending:
+            _log.warning("config keys changed that take effect after a restart: %s", ", ".join(pending))
 
     async def start() -> str:
         try:
@@ -110,9 +128,15 @@ async def _serve(config: GatewayConfig, data_dir: Path, plugin_paths: Sequence[P
                 _log.error(
                     "plugin %s failed: [%s] %s", plugin.id, error.get("code", "plugin_error"), error.get("message", "")
                 )
+        if config_path is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
         return f"{READY_PREFIX}{server.url}"
 
-    await serve_until_signal(start, server.stop, name="clawstack.gateway")
+    try:
+        await serve_until_signal(start, server.stop, name="clawstack.gateway")
+    finally:
+        if config_path is not None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
 
 
 @gateway.command()
@@ -144,6 +168,8 @@ def chat(
 
 
 async def _chat(url: str, auth: dict[str, str], key: str, message: str, follow: float, deadline_s: float) -> int:
+    from clawstack.connect.transcript import message_text  # a client's helper: only this command needs it
+
     run_id = new_uuid()
     streamed = False
     try:

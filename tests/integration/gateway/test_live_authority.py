@@ -182,3 +182,63 @@ async def test_users_methods_need_admin_and_refuse_bad_input(server: GatewayServ
         assert res["error"]["code"] == "INVALID_REQUEST"
         if code is not None:
             assert res["error"]["details"]["code"] == code
+
+
+async def test_sighup_reloads_the_operators_of_a_running_claw_gateway(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+
+    from tests.integration.gateway import peers
+    from tests.integration.gateway.test_ws_protocol import TOKEN
+
+    doc = document("http://127.0.0.1:9/v1", alice_roles=["operator.admin"])
+    port = peers.free_port()
+    doc["gateway"]["port"] = port
+    config_path = tmp_path / "gateway.json5"
+    config_path.write_text(json.dumps(doc))
+    argv = [
+        peers.claw_executable(),
+        "gateway",
+        "serve",
+        "--config",
+        str(config_path),
+        "--data-dir",
+        str(tmp_path / "d"),
+    ]
+    proc = await asyncio.to_thread(
+        subprocess.Popen, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).startswith(b"gateway listening on ")
+
+        async def links() -> list[Any]:
+            async with aiohttp.ClientSession() as http:
+                client = await peers.PeerClient.connected(http, f"ws://127.0.0.1:{port}/ws", auth={"token": TOKEN})
+                res = await client.request("users.listChannelIdentities", {"profileId": "alice"})
+                await client.ws.close()
+                return list(res["payload"]["links"])
+
+        assert await links() == [{"channelId": "webhook", "senderId": "alice"}]
+        config_path.write_text("{ not json5")  # a broken config changes nothing
+        os.kill(proc.pid, signal.SIGHUP)
+        assert proc.stderr is not None
+        async with asyncio.timeout(10):
+            while b"config reload failed, nothing changed" not in await asyncio.to_thread(proc.stderr.readline):
+                pass
+        assert await links() == [{"channelId": "webhook", "senderId": "alice"}]
+        doc["operators"][0]["links"] = []
+        config_path.write_text(json.dumps(doc))
+        os.kill(proc.pid, signal.SIGHUP)
+        async with asyncio.timeout(10):
+            while b"config reloaded" not in await asyncio.to_thread(proc.stderr.readline):
+                pass
+        assert await links() == []
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        await asyncio.to_thread(proc.wait, 10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()

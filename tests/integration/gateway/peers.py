@@ -399,12 +399,20 @@ def _command(name: str, workdir: Path, config_path: Path) -> tuple[list[str], di
 
 
 def start_peer(
-    name: str, workdir: Path, fake_base_url: str, *, timeout_s: float = START_TIMEOUT_S, auth_mode: str = "token"
+    name: str,
+    workdir: Path,
+    fake_base_url: str,
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+    auth_mode: str = "token",
+    extra: dict[str, Any] | None = None,
 ) -> Peer:
-    """Start peer ``name`` (``claw`` or ``openclaw``) in ``workdir``; return once its socket accepts connections."""
+    """Start peer ``name`` (``claw`` or ``openclaw``) in ``workdir``; return once its socket accepts connections.
+
+    ``extra`` replaces (or adds) top-level sections of the config document (:func:`offline_config`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    document = offline_config(port, fake_base_url, workdir, auth_mode=auth_mode)
+    document = offline_config(port, fake_base_url, workdir, auth_mode=auth_mode, extra=extra)
     (workdir / "workspace").mkdir(exist_ok=True)
     # The real gateway reads $OPENCLAW_HOME/.openclaw/openclaw.json; claw takes --config.
     config_path = workdir / ("home/.openclaw/openclaw.json" if name == "openclaw" else "gateway.json5")
@@ -458,7 +466,9 @@ async def wait_ready(peer: Peer, *, timeout_s: float = START_TIMEOUT_S) -> None:
 
 
 @contextlib.contextmanager
-def running_peer(name: str, model_port: int, *, auth_mode: str = "token") -> Iterator[Peer]:
+def running_peer(
+    name: str, model_port: int, *, auth_mode: str = "token", extra: dict[str, Any] | None = None
+) -> Iterator[Peer]:
     """Peer ``name`` in a scratch directory under /tmp, ready (``hello-ok``), with its model on ``model_port``.
 
     Stopped and removed on exit. A missing real gateway fails here: tests that may skip carry
@@ -470,7 +480,7 @@ def running_peer(name: str, model_port: int, *, auth_mode: str = "token") -> Ite
             pytest.fail(f"{REQUIRE_OPENCLAW_ENV}=1 but {reason}")
     workdir = Path(tempfile.mkdtemp(prefix=f"peer-{name}-", dir="/tmp"))
     try:
-        gateway = start_peer(name, workdir, f"http://127.0.0.1:{model_port}/v1", auth_mode=auth_mode)
+        gateway = start_peer(name, workdir, f"http://127.0.0.1:{model_port}/v1", auth_mode=auth_mode, extra=extra)
         try:
             asyncio.run(wait_ready(gateway))
             yield gateway

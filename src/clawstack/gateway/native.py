@@ -20,6 +20,12 @@ moment. A reset parent (``/reset``, ``/new``, ``sessions.reset``) is a new incar
 
 Blind children (``blind``): the child's session is marked blind (its later turns, and children it spawns, stay
 blind), its prompts carry no session keys, and ``context: "fork"`` is refused for it.
+
+Errors::
+
+    GatewayError                      (clawstack.gateway.errors)
+     └── SpawnRefusedError            spawn_refused: ``status`` ``forbidden`` (policy) or ``error`` (arguments);
+                                      the session tools turn it into a tool result, never an exception
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@
    `agents_wait` turns until all 100 are collected: wall time from the spawn turn's start, and the peak resident
    memory of the gateway's process tree.
 
-The real gateway comes from scripts/openclaw-up (it needs `tools.swarm.enabled`, direct tool schemas and the
+Both gateways run as processes; the scripted fake model runs in this process. The real gateway comes from
+scripts/openclaw-up (it needs `tools.swarm.enabled`, direct tool schemas and the
 `full` tool profile to offer the collector tools); without it only clawstack is measured.
 
 Run: .venv/bin/python bench/gateway_children.py [--reps 5] [--children 100]
@@ -35,15 +36,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.gateway import peers
 
+from clawstack.llm.fake import FakeModelServer, parse_script
+
 MAX_CONCURRENT = 8
 CHILD_DELAY_MS = 100
 
 
 def _document(name: str, port: int, model_port: int, workdir: Path, children: int) -> dict[str, Any]:
     document = peers.offline_config(port, f"http://127.0.0.1:{model_port}/v1", workdir)
+    # OpenClaw caps maxChildrenPerAgent at 20 and does not count collector children against it; clawstack counts
+    # every native child, so it needs the whole fan-out as its limit.
     document["agents"]["defaults"]["subagents"] = {
         "maxConcurrent": MAX_CONCURRENT,
-        "maxChildrenPerAgent": children,
+        "maxChildrenPerAgent": min(children, 20) if name == "openclaw" else children,
         "runTimeoutSeconds": 300,
     }
     if name == "openclaw":
@@ -103,123 +108,108 @@ def _run_of(message: dict[str, Any]) -> str | None:
 
 async def measure(name: str, reps: int, children: int) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-children-{name}-", dir="/tmp"))
-    model_port = peers.free_port()
-    fake = peers.start_fake_model(workdir / "fake.log", port=model_port, script=[{"reply": "warm"}] * 4)
-    peer = _start(name, workdir, model_port, children)
-    try:
-        await peers.wait_ready(peer)
-        async with aiohttp.ClientSession() as http:
-            client = await peers.PeerClient.connected(http, peer.url, auth=peer.credentials)
-            driver = Driver(client)
-            for _ in range(2):
-                await driver.turn("warm up")
-            pairs, baselines, plains = [], [], []
-            for rep in range(reps):
-                m = f"R{rep}X"
-                fake.stop()
-                fake = peers.start_fake_model(
-                    workdir / "fake.log",
-                    port=model_port,
-                    script=[
-                        {
-                            "match_user": f"SPAWN-{m}",
-                            "tool_calls": [
-                                {"name": "sessions_spawn", "arguments": {"task": f"CHILD-{m}", "collect": True}}
-                            ],
-                        },
-                        {"match_user": f"CHILD-{m}", "reply": "child answer"},
-                        {"match_user": f"SPAWN-{m}", "reply": "spawned"},
-                        {"match_user": f"STATUS1-{m}", "tool_calls": [{"name": "session_status", "arguments": {}}]},
-                        {"match_user": f"STATUS1-{m}", "reply": "ok"},
-                        {"match_user": f"STATUS2-{m}", "tool_calls": [{"name": "session_status", "arguments": {}}]},
-                        {"match_user": f"STATUS2-{m}", "reply": "ok"},
-                        {"match_user": f"PLAIN-{m}", "reply": "plain"},
-                    ],
-                )
-                spawn_s, [receipt] = await driver.turn(f"SPAWN-{m}")
-                fake.stop()
-                fake = peers.start_fake_model(
-                    workdir / "fake.log",
-                    port=model_port,
-                    script=[
-                        {
-                            "match_user": f"WAIT-{m}",
-                            "tool_calls": [
-                                {"name": "agents_wait", "arguments": {"ids": [receipt["runId"]], "timeoutSeconds": 60}}
-                            ],
-                        },
-                        {"match_user": f"WAIT-{m}", "reply": "collected"},
-                        {"match_user": f"STATUS1-{m}", "tool_calls": [{"name": "session_status", "arguments": {}}]},
-                        {"match_user": f"STATUS1-{m}", "reply": "ok"},
-                        {"match_user": f"STATUS2-{m}", "tool_calls": [{"name": "session_status", "arguments": {}}]},
-                        {"match_user": f"STATUS2-{m}", "reply": "ok"},
-                        {"match_user": f"PLAIN-{m}", "reply": "plain"},
-                    ],
-                )
-                wait_s, [state] = await driver.turn(f"WAIT-{m}")
-                assert state["completed"][0]["result"] == "child answer", state
-                status1, _ = await driver.turn(f"STATUS1-{m}")
-                status2, _ = await driver.turn(f"STATUS2-{m}")
-                plain, _ = await driver.turn(f"PLAIN-{m}")
-                pairs.append(spawn_s + wait_s)
-                baselines.append(status1 + status2)
-                plains.append(plain)
-            # Fan-out.
-            fake.stop()
-            steps: list[dict[str, Any]] = [
-                {
-                    "match_user": "FANOUT",
-                    "tool_calls": [
-                        {"name": "sessions_spawn", "arguments": {"task": f"FAN-{i:03d}", "collect": True}}
-                        for i in range(children)
-                    ],
-                },
-                {"match_user": "FANOUT", "reply": "spawned"},
-            ]
-            steps += [
-                {"match_user": f"FAN-{i:03d}", "reply": f"r{i}", "delay_ms": CHILD_DELAY_MS} for i in range(children)
-            ]
-            fake = peers.start_fake_model(workdir / "fake.log", port=model_port, script=steps)
-            rss_peak = peers.tree_rss_kib(peer.proc.pid)
-            started = time.perf_counter()
-            _, receipts = await driver.turn("FANOUT spawn them all")
-            ids = [r["runId"] for r in receipts if r.get("status") == "accepted"]
-            refused = len(receipts) - len(ids)
-            pending, rounds = list(ids), 0
-            while pending:
-                rounds += 1
-                fake.stop()
-                fake = peers.start_fake_model(
-                    workdir / "fake.log",
-                    port=model_port,
-                    script=[
-                        {
-                            "match_user": f"COLLECT-{rounds}",
-                            "tool_calls": [
-                                {"name": "agents_wait", "arguments": {"ids": pending, "timeoutSeconds": 60}}
-                            ],
-                        },
-                        {"match_user": f"COLLECT-{rounds}", "reply": "collected"},
-                    ],
-                )
-                _, [state] = await driver.turn(f"COLLECT-{rounds}")
-                pending = state["pending"]
-                rss_peak = max(rss_peak, peers.tree_rss_kib(peer.proc.pid))
-            fanout_s = time.perf_counter() - started
-            await client.ws.close()
-        return {
-            "pair_ms": statistics.median(pairs) * 1000,
-            "baseline_ms": statistics.median(baselines) * 1000,
-            "child_call_ms": statistics.median(plains) * 1000,
-            "fanout_s": fanout_s,
-            "fanout_refused": refused,
-            "fanout_rounds": rounds,
-            "rss_peak_mib": rss_peak / 1024,
-        }
-    finally:
-        peer.stop()
-        fake.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    # One fake model for the whole run, in this process: each phase adds its steps, so a child that starts late
+    # (the real gateway may start one after the spawning turn ended) still finds its step.
+    async with FakeModelServer(api_key=peers.FAKE_API_KEY, model_ids=(peers.MODEL,)) as fake:
+        model_port = int(fake.base_url.rsplit(":", 1)[1].split("/")[0])
+        peer = _start(name, workdir, model_port, children)
+        try:
+            await peers.wait_ready(peer)
+            async with aiohttp.ClientSession() as http:
+                client = await peers.PeerClient.connected(http, peer.url, auth=peer.credentials)
+                driver = Driver(client)
+                fake.add_script_steps(parse_script([{"match_user": "WARM", "reply": "warm"}] * 2))
+                for _ in range(2):
+                    await driver.turn("WARM up")
+                pairs, baselines, plains = [], [], []
+                for rep in range(reps):
+                    m = f"R{rep}X"
+                    spawn = {"name": "sessions_spawn", "arguments": {"task": f"CHILD-{m}", "collect": True}}
+                    status = {"name": "session_status", "arguments": {}}
+                    fake.add_script_steps(
+                        parse_script(
+                            [
+                                {"match_user": f"SPAWN-{m}", "tool_calls": [spawn]},
+                                {"match_user": f"CHILD-{m}", "reply": "child answer"},
+                                {"match_user": f"SPAWN-{m}", "reply": "spawned"},
+                                {"match_user": f"STATUS1-{m}", "tool_calls": [status]},
+                                {"match_user": f"STATUS1-{m}", "reply": "ok"},
+                                {"match_user": f"STATUS2-{m}", "tool_calls": [status]},
+                                {"match_user": f"STATUS2-{m}", "reply": "ok"},
+                                {"match_user": f"PLAIN-{m}", "reply": "plain"},
+                            ]
+                        )
+                    )
+                    spawn_s, [receipt] = await driver.turn(f"SPAWN-{m}")
+                    wait = {"name": "agents_wait", "arguments": {"ids": [receipt["runId"]], "timeoutSeconds": 60}}
+                    fake.add_script_steps(
+                        parse_script(
+                            [
+                                {"match_user": f"WAIT-{m}", "tool_calls": [wait]},
+                                {"match_user": f"WAIT-{m}", "reply": "collected"},
+                            ]
+                        )
+                    )
+                    wait_s, [state] = await driver.turn(f"WAIT-{m}")
+                    assert state["completed"][0]["result"] == "child answer", state
+                    status1, _ = await driver.turn(f"STATUS1-{m}")
+                    status2, _ = await driver.turn(f"STATUS2-{m}")
+                    plain, _ = await driver.turn(f"PLAIN-{m}")
+                    pairs.append(spawn_s + wait_s)
+                    baselines.append(status1 + status2)
+                    plains.append(plain)
+                # Fan-out.
+                spawns = [
+                    {"name": "sessions_spawn", "arguments": {"task": f"FAN-{i:03d}", "collect": True}}
+                    for i in range(children)
+                ]
+                steps: list[dict[str, Any]] = [
+                    {"match_user": "FANOUT", "tool_calls": spawns},
+                    {"match_user": "FANOUT", "reply": "spawned"},
+                ]
+                steps += [
+                    {"match_user": f"FAN-{i:03d}", "reply": f"r{i}", "delay_ms": CHILD_DELAY_MS}
+                    for i in range(children)
+                ]
+                fake.add_script_steps(parse_script(steps))
+                rss_peak = peers.tree_rss_kib(peer.proc.pid)
+                started = time.perf_counter()
+                _, receipts = await driver.turn("FANOUT spawn them all")
+                ids = [r["runId"] for r in receipts if r.get("status") == "accepted"]
+                refused = len(receipts) - len(ids)
+                pending, rounds = list(ids), 0
+                while pending:
+                    rounds += 1
+                    # At most 20 ids per call: the real gateway cuts long tool results in its transcript.
+                    wait = {"name": "agents_wait", "arguments": {"ids": pending[:20], "timeoutSeconds": 60}}
+                    fake.add_script_steps(
+                        parse_script(
+                            [
+                                {"match_user": f"COLLECT-{rounds}", "tool_calls": [wait]},
+                                {"match_user": f"COLLECT-{rounds}", "reply": "collected"},
+                            ]
+                        )
+                    )
+                    _, [state] = await driver.turn(f"COLLECT-{rounds}")
+                    if "pending" not in state:
+                        raise RuntimeError(f"{name}: agents_wait answered {str(state)[:500]}")
+                    done = {c["runId"] for c in state["completed"]}
+                    pending = [run_id for run_id in pending if run_id not in done]
+                    rss_peak = max(rss_peak, peers.tree_rss_kib(peer.proc.pid))
+                fanout_s = time.perf_counter() - started
+                await client.ws.close()
+        finally:
+            peer.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "pair_ms": statistics.median(pairs) * 1000,
+        "baseline_ms": statistics.median(baselines) * 1000,
+        "child_call_ms": statistics.median(plains) * 1000,
+        "fanout_s": fanout_s,
+        "fanout_refused": refused,
+        "fanout_rounds": rounds,
+        "rss_peak_mib": rss_peak / 1024,
+    }
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ version to the shape the schema statements expect in that same transaction, so t
 reach the disk together or not at all.
 
 Errors are :class:`DatabaseLockedError` (another writer holds the lock) and :class:`DatabaseError` (with a short
-reason); stores translate them into their own error codes. :func:`move_aside` renames a damaged database (and its
+reason); stores translate them into their own error codes. :class:`WriterDatabase` is the lock, the connection and
+the transactions of one store's file, for stores to build on. :func:`move_aside` renames a damaged database (and its
 ``-wal`` and ``-shm`` files) to ``<file>.corrupt-<UTC time>`` so that a store can start afresh without losing it.
 """
 
@@ -22,15 +23,17 @@ import fcntl
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from clawstack.common.files import fsync_dir
+from clawstack.common.files import ensure_private_dir, fsync_dir
 
 __all__ = [
     "DatabaseError",
     "DatabaseLockedError",
+    "WriterDatabase",
     "immediate_transaction",
     "move_aside",
     "open_database",
@@ -154,3 +157,91 @@ def immediate_transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
         raise
+
+
+class WriterDatabase:
+    """One store's database file with this object as its only writer: the lock, the connection, the
+    transactions.
+
+    :meth:`open` takes the writer lock (:class:`DatabaseLockedError` if another writer holds it) and opens the file
+    (:func:`open_database`); :meth:`close` releases both and is idempotent. :meth:`read` and :meth:`write` (one
+    ``IMMEDIATE`` transaction, committed when the block ends) serialise callers from several threads and turn any
+    :class:`sqlite3.Error` into :class:`DatabaseError` naming ``what`` the store is. Blocking: call from a thread.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        schema: Sequence[str],
+        version: int,
+        *,
+        what: str,
+        foreign_keys: bool = False,
+        migrate: Callable[[sqlite3.Connection, int], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._schema, self._version, self._what = tuple(schema), version, what
+        self._foreign_keys, self._migrate = foreign_keys, migrate
+        self._db: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None
+        self._mutex = threading.RLock()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` succeeded and :meth:`close` has not been called since."""
+        return self._db is not None
+
+    def open(self) -> None:
+        """Lock, create or open and migrate the database; a no-op when already open."""
+        with self._mutex:
+            if self._db is not None:
+                return
+            ensure_private_dir(self.path.parent)
+            lock_fd = take_writer_lock(self.path)
+            try:
+                self._db = open_database(
+                    self.path, self._schema, self._version, foreign_keys=self._foreign_keys, migrate=self._migrate
+                )
+            except sqlite3.Error as exc:
+                os.close(lock_fd)
+                raise DatabaseError(f"the {self._what} database cannot be initialised") from exc
+            except BaseException:
+                # Best-effort release of the lock on any other failure to open, then re-raise unchanged.
+                os.close(lock_fd)
+                raise
+            self._lock_fd = lock_fd
+
+    def close(self) -> None:
+        """Close the database and release the lock. Idempotent."""
+        with self._mutex:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads; :class:`DatabaseError` if closed or a read fails."""
+        with self._mutex:
+            db = self._db
+            if db is None:
+                raise DatabaseError(f"the {self._what} is not open")
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                raise DatabaseError(f"the {self._what} database cannot be read") from exc
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed (durably) on success and rolled back on any error."""
+        with self._mutex:
+            db = self._db
+            if db is None:
+                raise DatabaseError(f"the {self._what} is not open")
+            try:
+                with immediate_transaction(db):
+                    yield db
+            except sqlite3.Error as exc:
+                raise DatabaseError(f"the {self._what} database cannot be written") from exc

@@ -24,22 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from clawstack.common.files import ensure_private_dir
-from clawstack.common.sqlite import (
-    DatabaseError,
-    DatabaseLockedError,
-    immediate_transaction,
-    open_database,
-    take_writer_lock,
-)
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, WriterDatabase
 from clawstack.gateway.sessions import SessionStoreError, SessionStoreLockedError
 
 __all__ = [
@@ -184,53 +175,28 @@ class ChildStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._db: sqlite3.Connection | None = None
-        self._lock_fd: int | None = None
-        self._mutex = threading.RLock()
+        self._database = WriterDatabase(self.path, _SCHEMA, SCHEMA_VERSION, what="child store")
 
     def open(self) -> None:
         """Lock, create or open the database; :class:`SessionStoreLockedError` if another store holds it."""
-        with self._mutex:
-            if self._db is not None:
-                raise SessionStoreError("the child store is already open")
-            ensure_private_dir(self.path.parent)
-            try:
-                lock_fd = take_writer_lock(self.path)
-            except DatabaseLockedError as exc:
-                raise SessionStoreLockedError("another child store holds this database") from exc
-            except DatabaseError as exc:
-                raise SessionStoreError(f"the child store cannot be locked: {exc}") from exc
-            try:
-                self._db = open_database(self.path, _SCHEMA, SCHEMA_VERSION)
-            except (sqlite3.Error, DatabaseError) as exc:
-                os.close(lock_fd)
-                raise SessionStoreError("the child database cannot be used") from exc
-            self._lock_fd = lock_fd
+        try:
+            self._database.open()
+        except DatabaseLockedError as exc:
+            raise SessionStoreLockedError("another child store holds this database") from exc
+        except DatabaseError as exc:
+            raise SessionStoreError(f"the child store cannot be used: {exc}") from exc
 
     def close(self) -> None:
         """Close the database and release the lock. Idempotent."""
-        with self._mutex:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+        self._database.close()
 
     @contextlib.contextmanager
     def _connection(self, *, write: bool) -> Iterator[sqlite3.Connection]:
-        with self._mutex:
-            db = self._db
-            if db is None:
-                raise SessionStoreError("the child store is not open")
-            try:
-                if write:
-                    with immediate_transaction(db):
-                        yield db
-                else:
-                    yield db
-            except sqlite3.Error as exc:
-                raise SessionStoreError("the child database cannot be used") from exc
+        try:
+            with self._database.write() if write else self._database.read() as db:
+                yield db
+        except DatabaseError as exc:
+            raise SessionStoreError(str(exc)) from exc
 
     def add(self, record: ChildRecord) -> None:
         """Record a new child (``queued``)."""

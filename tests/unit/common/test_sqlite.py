@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, open_database, take_writer_lock
+from clawstack.common.sqlite import (
+    DatabaseError,
+    DatabaseLockedError,
+    WriterDatabase,
+    open_database,
+    take_writer_lock,
+)
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v TEXT)",)
 
@@ -102,3 +108,29 @@ def test_a_failed_migration_changes_nothing(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == 1
     assert [row[1] for row in db.execute("PRAGMA table_info(t)")] == ["k", "v"]
     db.close()
+
+
+def test_a_writer_database_is_the_one_writer_and_its_transactions_are_all_or_nothing(tmp_path: Path) -> None:
+    schema = ("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY)",)
+    path = tmp_path / "state" / "w.sqlite3"
+    first = WriterDatabase(path, schema, 1, what="test store")
+    with pytest.raises(DatabaseError, match="test store is not open"), first.read():
+        pass
+    first.open()
+    first.open()  # idempotent
+    assert first.is_open
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    second = WriterDatabase(path, schema, 1, what="test store")
+    with pytest.raises(DatabaseLockedError):
+        second.open()
+    with first.write() as db:
+        db.execute("INSERT INTO t VALUES ('a')")
+    with pytest.raises(DatabaseError, match="cannot be written"), first.write() as db:
+        db.execute("INSERT INTO t VALUES ('b')")
+        db.execute("INSERT INTO t VALUES ('a')")  # a constraint failure rolls the whole transaction back
+    with first.read() as db:
+        assert db.execute("SELECT k FROM t ORDER BY k").fetchall() == [("a",)]
+    first.close()
+    first.close()
+    second.open()  # the lock is free again
+    second.close()

@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -52,14 +51,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
 
-from clawstack.common.files import UnsafePathError, ensure_private_dir
-from clawstack.common.sqlite import (
-    DatabaseError,
-    DatabaseLockedError,
-    immediate_transaction,
-    open_database,
-    take_writer_lock,
-)
+from clawstack.common.files import UnsafePathError
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, WriterDatabase
 from clawstack.gateway.plugins.api import PluginError, PluginLifetime
 
 __all__ = [
@@ -235,26 +228,20 @@ class PluginStore:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._db: sqlite3.Connection | None = None
-        self._lock_fd: int | None = None
+        self._database = WriterDatabase(self.path, _SCHEMA, _SCHEMA_VERSION, what="plugin store")
         self._closed = False
         self._mutex = threading.RLock()
 
     def open(self) -> None:
         """Lock, create or open the database (idempotent); :class:`PluginStoreUnavailableError` if it cannot."""
         with self._mutex:
-            self._connection()
+            self._ensure_open()
 
     def close(self) -> None:
         """Close the database and release the lock, for good. Idempotent."""
         with self._mutex:
             self._closed = True
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+            self._database.close()
 
     def __enter__(self) -> PluginStore:
         self.open()
@@ -265,44 +252,35 @@ class PluginStore:
     ) -> None:
         self.close()
 
-    def _connection(self) -> sqlite3.Connection:
+    def _ensure_open(self) -> None:
         if self._closed:
             raise PluginStoreUnavailableError("the plugin store is closed")
-        if self._db is not None:
-            return self._db
         try:
-            ensure_private_dir(self.path.parent)
-            lock_fd = take_writer_lock(self.path)
+            self._database.open()
         except DatabaseLockedError as exc:
             raise PluginStoreUnavailableError("another gateway holds the plugin store") from exc
         except (DatabaseError, UnsafePathError, OSError) as exc:
-            raise PluginStoreUnavailableError(f"the plugin store cannot be locked: {exc}") from exc
-        try:
-            db = open_database(self.path, _SCHEMA, _SCHEMA_VERSION)
-        except (sqlite3.Error, DatabaseError) as exc:
-            os.close(lock_fd)
-            raise PluginStoreUnavailableError("the plugin store's database cannot be used") from exc
-        self._db, self._lock_fd = db, lock_fd
-        return db
+            raise PluginStoreUnavailableError(f"the plugin store cannot be used: {exc}") from exc
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._mutex:
-            db = self._connection()
+            self._ensure_open()
             try:
-                yield db
-            except sqlite3.Error as exc:
-                raise PluginStoreUnavailableError("the plugin store cannot be read") from exc
+                with self._database.read() as db:
+                    yield db
+            except DatabaseError as exc:
+                raise PluginStoreUnavailableError(str(exc)) from exc
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._mutex:
-            db = self._connection()
+            self._ensure_open()
             try:
-                with immediate_transaction(db):
+                with self._database.write() as db:
                     yield db
-            except sqlite3.Error as exc:
-                raise PluginStoreUnavailableError("the plugin store cannot be written") from exc
+            except DatabaseError as exc:
+                raise PluginStoreUnavailableError(str(exc)) from exc
 
     def get(self, plugin_id: str, key: str) -> str | None:
         """The JSON text stored under ``key`` for ``plugin_id``, or ``None``."""

@@ -125,9 +125,14 @@ def test_a_writer_database_is_the_one_writer_and_its_transactions_are_all_or_not
         second.open()
     with first.write() as db:
         db.execute("INSERT INTO t VALUES ('a')")
-    with pytest.raises(DatabaseError, match="cannot be written"), first.write() as db:
-        db.execute("INSERT INTO t VALUES ('b')")
-        db.execute("INSERT INTO t VALUES ('a')")  # a constraint failure rolls the whole transaction back
+
+    def insert_b_then_a_again() -> None:
+        with first.write() as db:
+            db.execute("INSERT INTO t VALUES ('b')")
+            db.execute("INSERT INTO t VALUES ('a')")  # a constraint failure rolls the whole transaction back
+
+    with pytest.raises(DatabaseError, match="cannot be written"):
+        insert_b_then_a_again()
     with first.read() as db:
         assert db.execute("SELECT k FROM t ORDER BY k").fetchall() == [("a",)]
     first.close()

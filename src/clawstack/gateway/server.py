@@ -2,28 +2,24 @@
 
 :class:`GatewayServer` opens the :class:`~clawstack.gateway.sessions.SessionStore` under ``data_dir`` (recording
 runs a previous process left in flight as ``interrupted``), builds the :class:`~clawstack.gateway.lanes.Lanes` and
-the :class:`~clawstack.gateway.agent.AgentLoop`, and serves WebSocket connections at ``/`` and ``/ws``.
+the :class:`~clawstack.gateway.agent.AgentLoop`, and serves WebSocket connections at ``/`` and ``/ws``, and the HTTP
+endpoints of :mod:`clawstack.gateway.http_routes` (the hook trigger, the webhook channel).
 
 A connection goes through the handshake (``connect.challenge`` event, ``connect`` request, ``hello-ok``), then
-sends requests; the server answers each in order and pushes events. Every outgoing frame goes through the
-connection's queue, written by one task, so events keep their ``seq`` order and a slow reader never stalls a run;
-a connection whose unsent output passes ``max_buffered_bytes`` is closed (1008).
+sends requests; the server checks each request's method and scopes, has :mod:`clawstack.gateway.methods` answer
+it, answers each in order and pushes events. Every outgoing frame goes through the connection's queue, written by
+one task, so events keep their ``seq`` order and a slow reader never stalls a run; a connection whose unsent output
+passes ``max_buffered_bytes`` is closed (1008).
 
 Runs: every run (``chat.send``, channel messages, plugin and hook turns) belongs to the server's
-:class:`~clawstack.gateway.runner.GatewayRuns`. ``chat.send`` starts one there (its id is the idempotency key) and
-answers ``started``; its events go to every connection subscribed to the session. ``chat.abort`` answers once the
-run is recorded ``aborted`` and the ``aborted`` event is sent. :meth:`GatewayServer.stop` aborts runs in flight,
-then closes connections with 1012. ``POST <hooks.path>/agent`` (with ``hooks.enabled``) starts an HTTP hook turn.
+:class:`~clawstack.gateway.runner.GatewayRuns`; its events go to every connection subscribed to the session.
+:meth:`GatewayServer.stop` aborts runs in flight, then closes connections with 1012.
 
 Plugins: :meth:`GatewayServer.start` loads the plugins on ``plugins.load.paths`` and ``plugin_paths`` with one
 :class:`~clawstack.gateway.plugins.SubagentCompleter` on the server's lanes (a plugin that fails to load is
 reported in :attr:`GatewayServer.plugins`; the gateway still starts), and :meth:`GatewayServer.stop` retires them.
-A ``chat.send`` whose message is ``/<name> [args]`` naming a registered plugin command runs that command instead
-of an agent turn, under the same run contract; an unknown ``/<name>`` is an ordinary agent turn.
 
-Channels: with ``channels.webhook.enabled``, ``POST <channels.webhook.path>`` takes signed messages from a bridge
-(:mod:`clawstack.gateway.channels`); each runs like a ``chat.send`` on the sender's channel session, with the
-sender's channel authority, and its final answer (and announcements to that sender) go back out on the channel.
+Config: :meth:`GatewayServer.reload` applies a reloaded config's operators and channel ``allowFrom`` at once.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ import asyncio
 import enum
 import json
 import logging
-import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -45,24 +40,18 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_uuid, secrets_equal
 from clawstack.gateway.agent import AgentLoop, LLMFactory, default_llm_factory
-from clawstack.gateway.authority import OPERATOR_SCOPES, ChannelIdentity, OperatorAuthority
+from clawstack.gateway.authority import OperatorAuthority
 from clawstack.gateway.bootstrap import prepare_workspace
-from clawstack.gateway.channels import WebhookChannel, WebhookError
-from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
-from clawstack.gateway.config import GatewayConfig, split_model_ref
+from clawstack.gateway.channels import WebhookChannel
+from clawstack.gateway.commands import BuiltinCommands
+from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.custody import ChildStore
-from clawstack.gateway.dispatch import (
-    GATEWAY_OPERATOR,
-    ChannelOutbox,
-    IdempotencyConflictError,
-    Requester,
-    RunRequest,
-    TurnOptions,
-    wrap_external_content,
-)
+from clawstack.gateway.dispatch import ChannelOutbox
 from clawstack.gateway.errors import GatewayError
-from clawstack.gateway.keys import SessionKeyError, main_key, parse_session_key
+from clawstack.gateway.http_routes import HttpRoutes
+from clawstack.gateway.keys import main_key
 from clawstack.gateway.lanes import Lanes
+from clawstack.gateway.methods import GatewayMethods
 from clawstack.gateway.native import NativeChildren
 from clawstack.gateway.plugins import (
     PLUGIN_STORE_FILE,
@@ -71,7 +60,6 @@ from clawstack.gateway.plugins import (
     LoadedPlugin,
     PluginLoader,
     PluginStore,
-    RegisteredCommand,
     SubagentCompleter,
     SubagentRunner,
 )
@@ -83,20 +71,10 @@ from clawstack.gateway.protocol import (
     EVENTS,
     METHOD_SCOPES,
     PROTOCOL_VERSION,
-    ChatAbortParams,
-    ChatHistoryParams,
-    ChatSendParams,
     ConnectParams,
     FrameError,
-    HookAgentParams,
     ProtocolError,
     RequestFrame,
-    SessionsListParams,
-    SessionsResetParams,
-    SessionsSubscribeParams,
-    UsersIdentityParams,
-    UsersListIdentitiesParams,
-    UsersSetRoleParams,
     event_frame,
     granted_scopes,
     missing_scope,
@@ -105,17 +83,14 @@ from clawstack.gateway.protocol import (
     response_error,
     response_ok,
 )
-from clawstack.gateway.runner import GatewayRuns, RunsClosedError
+from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.session_tools import session_tools
-from clawstack.gateway.sessions import Message, SessionStore
+from clawstack.gateway.sessions import SessionStore
 from clawstack.gateway.tools import ToolRegistry
 from clawstack.gateway.workspace_tools import workspace_tools
 from clawstack.sandbox import Sandbox
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
-
-#: The largest body ``POST <hooks.path>/agent`` accepts.
-_HOOK_MAX_BODY: Final = 256 * 1024
 
 #: The oldest protocol a client may probe with (``details.minimumProbeProtocol`` of a mismatch), as on OpenClaw.
 MINIMUM_PROBE_PROTOCOL: Final = 3
@@ -137,9 +112,6 @@ _CLOSE_RESTART: Final = 1012
 _CLOSE_TIMEOUT_S: Final = 2.0
 
 _log = logging.getLogger(__name__)
-
-#: A channel text command: ``/<name>``, then optionally whitespace and the arguments (the rest of the message).
-_COMMAND_RE: Final = re.compile(r"/(?P<name>[^\s/]+)(?:\s+(?P<args>.*))?", re.DOTALL)
 
 
 class ServerState(enum.Enum):
@@ -260,7 +232,7 @@ class GatewayServer:
         self._connections: set[_Connection] = set()
         self._runs: GatewayRuns | None = None
         self._children: ChildStore | None = None
-        self._builtins: BuiltinCommands | None = None
+        self._methods: GatewayMethods | None = None
         self._plugin_store: PluginStore | None = None
         self._authority: OperatorAuthority | None = None
         self._own_tools: list[str] = []
@@ -359,7 +331,7 @@ class GatewayServer:
                 channels=self._channels,
                 authority=authority,
             )
-            self._builtins = BuiltinCommands(self._config, store, active_runs=runs.active_run_ids)
+            builtins = BuiltinCommands(self._config, store, active_runs=runs.active_run_ids)
             children = ChildStore(self._data_dir / CHILDREN_FILE)
             await asyncio.to_thread(children.open)
             self._children = children
@@ -390,17 +362,23 @@ class GatewayServer:
                 hooks=hooks,
                 store=plugin_store,
             )
-            app = web.Application()
-            app.router.add_get("/", self._handle)
-            app.router.add_get("/ws", self._handle)
-            if self._config.hooks.enabled:
-                app.router.add_post(f"{self._config.hooks.path}/agent", self._hook_agent)
-            webhook = self._config.channels.webhook
-            if webhook.enabled:
+            methods = self._methods = GatewayMethods(
+                self._config,
+                store,
+                require_runs=self._require_runs,
+                authority=authority,
+                builtins=builtins,
+                plugins=self._plugins,
+                clock=self._clock,
+            )
+            if self._config.channels.webhook.enabled:
                 self._webhook = self._channels["webhook"] = WebhookChannel(
                     self._config, clock=self._clock, authority=authority
                 )
-                app.router.add_post(webhook.path, self._webhook_inbound)
+            app = web.Application()
+            app.router.add_get("/", self._handle)
+            app.router.add_get("/ws", self._handle)
+            HttpRoutes(self._config, methods, require_runs=self._require_runs, webhook=self._webhook).add_to(app.router)
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self._config.gateway.bind_host, self._config.gateway.port)
@@ -628,200 +606,10 @@ class GatewayServer:
                 f"missing scope: {needed}",
                 details={"code": "MISSING_SCOPE", "missingScope": needed, "requiredScopes": [needed]},
             )
-        if method == "chat.send":
-            return await self._chat_send(conn, parse_params(ChatSendParams, method, frame.params))
-        if method == "chat.history":
-            return await self._chat_history(parse_params(ChatHistoryParams, method, frame.params))
-        if method == "chat.abort":
-            return await self._chat_abort(parse_params(ChatAbortParams, method, frame.params))
-        if method == "sessions.list":
-            return await self._sessions_list(parse_params(SessionsListParams, method, frame.params))
-        if method.startswith("users."):
-            return self._users(method, frame.params)
-        if method == "sessions.reset":
-            return await self._sessions_reset(parse_params(SessionsResetParams, method, frame.params))
-        params = parse_params(SessionsSubscribeParams, method, frame.params)
-        key = _session_key(params.sessionKey)
-        if method == "sessions.messages.subscribe":
-            conn.subscriptions.add(key)
-            return {"subscribed": True, "sessionKey": key}
-        conn.subscriptions.discard(key)
-        return {"subscribed": False, "sessionKey": key}
+        assert self._methods is not None  # connections are served only once start() has built it
+        return await self._methods.call(conn, frame)
 
-    # -- methods -------------------------------------------------------------------------------------------------
-
-    async def _chat_send(self, conn: _Connection, params: ChatSendParams) -> Mapping[str, Any]:
-        key = _session_key(params.sessionKey)
-        parsed = parse_session_key(key)
-        if parsed.agent_id is None:
-            raise ProtocolError("INVALID_REQUEST", "chat.send needs an agent session key (agent:<id>:…)")
-        try:
-            self._config.agent(parsed.agent_id)
-        except KeyError:
-            raise ProtocolError("INVALID_REQUEST", f"unknown agent: {parsed.agent_id}") from None
-        conn.subscriptions.add(key)
-        request = RunRequest(key, parsed.agent_id, params.message, "main", idempotency_key=params.idempotencyKey)
-        requester = Requester(
-            key, parsed.agent_id, "gateway", authenticated=True, operator=GATEWAY_OPERATOR, scopes=conn.scopes
-        )
-        try:
-            builtin = await self._builtin(request, requester)
-            if builtin is not None:
-                return builtin
-            command, command_args = self._find_command(params.message, authenticated=conn.connected)
-            started = await self._require_runs().start(
-                request, requester=requester, command=command, command_args=command_args
-            )
-        except IdempotencyConflictError as exc:
-            raise ProtocolError(
-                "INVALID_REQUEST", exc.message, details={"code": exc.code, "reason": "chat-request-conflict"}
-            ) from None
-        return {"runId": started.run_id, "status": started.status}
-
-    async def _builtin(self, request: RunRequest, requester: Requester) -> dict[str, Any] | None:
-        """Run a built-in command (``/stop``, ``/reset``, … see :mod:`clawstack.gateway.commands`); its
-        ``chat.send`` answer, or ``None`` when the message is no built-in. ``/stop``, ``/reset`` and ``/new`` need
-        an authenticated sender (``FORBIDDEN`` otherwise)."""
-        parsed = split_command(request.message)
-        if parsed is None or parsed[0] not in RESERVED_COMMANDS:
-            return None
-        name, args = parsed
-        runs, store = self._require_runs(), self._require_store()
-        key = request.session_key
-        if name in ("stop", "reset", "new") and not requester.authenticated:
-            raise ProtocolError(
-                "FORBIDDEN",
-                f"command /{name} needs an authenticated sender",
-                details={"code": "COMMAND_AUTH_REQUIRED", "command": name},
-            )
-        if name == "stop":
-            run_ids = await runs.abort(key)
-            return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
-        if name in ("reset", "new"):
-            if request.idempotency_key is not None and await runs.known_run(key, request.idempotency_key):
-                started = await runs.start(request, requester=requester, builtin=_fixed(""))
-                return {"runId": started.run_id, "status": started.status}
-            await runs.abort(key)
-            session = await asyncio.to_thread(store.get, key)
-            if session is not None and session.owner is not None:
-                raise ProtocolError("FORBIDDEN", "the session belongs to someone else")
-            if session is not None:
-                await asyncio.to_thread(store.reset, key)
-            text = "✅ Session reset." if name == "reset" else "✅ New session started."
-            started = await runs.start(request, requester=requester, builtin=_fixed(text))
-            return {"runId": started.run_id, "status": started.status}
-        assert self._builtins is not None
-        answer = self._builtins.answer(name, args, key, request.agent_id)
-        started = await runs.start(request, requester=requester, builtin=answer)
-        return {"runId": started.run_id, "status": started.status}
-
-    def _find_command(self, message: str, *, authenticated: bool) -> tuple[RegisteredCommand | None, str]:
-        """The plugin command ``message`` invokes and its arguments, or ``(None, "")`` for an agent turn.
-
-        Refuses (``INVALID_REQUEST``) arguments to a command without ``accepts_args`` and a ``require_auth``
-        command from an unauthenticated connection.
-        """
-        if self._plugins is None:
-            return None, ""
-        match = _COMMAND_RE.fullmatch(message.strip())
-        if match is None:
-            return None, ""
-        command = self._plugins.commands.get(match["name"])
-        if command is None:
-            return None, ""
-        args = (match["args"] or "").strip()
-        if args and not command.accepts_args:
-            raise ProtocolError(
-                "INVALID_REQUEST",
-                f"command /{command.name} takes no arguments",
-                details={"code": "COMMAND_NO_ARGS", "command": command.name},
-            )
-        if command.require_auth and not authenticated:
-            raise ProtocolError(
-                "FORBIDDEN",
-                f"command /{command.name} needs an authenticated sender",
-                details={"code": "COMMAND_AUTH_REQUIRED", "command": command.name},
-            )
-        return command, args
-
-    async def _chat_history(self, params: ChatHistoryParams) -> Mapping[str, Any]:
-        key = _session_key(params.sessionKey)
-        store = self._require_store()
-        session = await asyncio.to_thread(store.get, key)
-        page = await asyncio.to_thread(
-            store.history, key, limit=params.limit, offset=params.offset, max_chars=params.maxChars
-        )
-        active = self._require_runs().active_run_ids(key)
-        result: dict[str, Any] = {
-            "sessionKey": key,
-            "sessionId": None if session is None else session.session_id,
-            "messages": [self._message_to_wire(message) for message in page.messages],
-            "hasMore": page.has_more,
-            "totalMessages": page.total,
-            "sessionInfo": {"key": key, "hasActiveRun": bool(active), "activeRunIds": active},
-        }
-        if session is not None:
-            result["sessionInfo"].update(
-                {"agentId": session.agent_id, "createdAt": session.created_at_ms, "updatedAt": session.updated_at_ms}
-            )
-            defaults = self._model_defaults(session.agent_id)
-            if defaults is not None:
-                result["defaults"] = defaults
-        if page.has_more:
-            result["nextOffset"] = params.offset + len(page.messages)
-        return result
-
-    def _model_defaults(self, agent_id: str) -> dict[str, Any] | None:
-        """``chat.history``'s ``defaults``: the provider, model and context window the agent's turns start on."""
-        try:
-            ref = self._config.agent_model(agent_id).chain[0]
-            _, model = self._config.resolve_model(ref)
-        except (KeyError, ValueError):
-            return None
-        defaults: dict[str, Any] = {"modelProvider": split_model_ref(ref)[0], "model": model.id}
-        if model.context_window is not None:
-            defaults["contextTokens"] = model.context_window
-        return defaults
-
-    async def _chat_abort(self, params: ChatAbortParams) -> Mapping[str, Any]:
-        key = _session_key(params.sessionKey)
-        run_ids = await self._require_runs().abort(key, params.runId)
-        return {"ok": True, "aborted": bool(run_ids), "runIds": run_ids}
-
-    def _users(self, method: str, raw: object) -> Mapping[str, Any]:
-        """The operator-authority admin methods (OpenClaw's ``users.*`` names and shapes). A change applies at
-        once: work retained under authority it takes away is revoked. Changes live until the next restart or
-        config reload, which start again from the config's ``operators``."""
-        authority = self._require_authority()
-        try:
-            if method == "users.setRole":
-                role = parse_params(UsersSetRoleParams, method, raw)
-                change = authority.set_roles(role.profileId, [] if role.role is None else [role.role])
-                roles = next(e.roles for e in authority.operators if e.name == role.profileId)
-                return {
-                    "ok": True,
-                    "profileId": role.profileId,
-                    "roles": [r for r in OPERATOR_SCOPES if r in roles],
-                    "changed": change.changed,
-                    "revoked": len(change.revocations),
-                }
-            if method == "users.listChannelIdentities":
-                listed = parse_params(UsersListIdentitiesParams, method, raw)
-                links = [
-                    {"channelId": i.channel, "senderId": i.sender_id} for i in authority.links_of(listed.profileId)
-                ]
-                return {"profileId": listed.profileId, "links": links}
-            params = parse_params(UsersIdentityParams, method, raw)
-            identity = ChannelIdentity(params.identity.channelId, params.identity.senderId)
-            if method == "users.linkChannelIdentity":
-                change = authority.link(params.profileId, identity)
-                return {"ok": True, "changed": change.changed, "revoked": len(change.revocations)}
-            change = authority.unlink(params.profileId, identity)
-            return {"ok": True, "removed": change.changed, "revoked": len(change.revocations)}
-        except GatewayError as exc:
-            if isinstance(exc, ProtocolError):
-                raise
-            raise ProtocolError("INVALID_REQUEST", exc.message, details={"code": exc.code}) from None
+    # -- publishing and reload -----------------------------------------------------------------------------------
 
     def reload(self, config: GatewayConfig) -> tuple[str, ...]:
         """Apply a newly loaded config's live parts to the running gateway: the operators (roles, identity links)
@@ -837,119 +625,6 @@ class GatewayServer:
         if self._authority is None:
             raise ProtocolError("UNAVAILABLE", "the gateway is not running")
         return self._authority
-
-    async def _sessions_reset(self, params: SessionsResetParams) -> Mapping[str, Any]:
-        """Abort the session's runs and start its new incarnation (a new ``sessionId``, an empty transcript)."""
-        key = _session_key(params.key)
-        store = self._require_store()
-        session = await asyncio.to_thread(store.get, key)
-        if session is None:
-            raise ProtocolError("INVALID_REQUEST", f"no session has the key {key}")
-        if session.owner is not None:
-            raise ProtocolError("FORBIDDEN", "the session belongs to someone else")
-        await self._require_runs().abort(key)
-        fresh = await asyncio.to_thread(store.reset, key)
-        entry = {"sessionId": fresh.session_id, "createdAt": fresh.created_at_ms, "updatedAt": fresh.updated_at_ms}
-        return {"ok": True, "key": key, "entry": entry}
-
-    async def _sessions_list(self, params: SessionsListParams) -> Mapping[str, Any]:
-        store = self._require_store()
-        sessions = await asyncio.to_thread(store.list, agent_id=params.agentId, limit=params.limit)
-        busy = self._require_runs().busy_sessions()
-        rows = [
-            {
-                "key": session.key,
-                "kind": parse_session_key(session.key).kind,
-                "agentId": session.agent_id,
-                "sessionId": session.session_id,
-                "label": session.label,
-                "createdAt": session.created_at_ms,
-                "updatedAt": session.updated_at_ms,
-                "hasActiveRun": session.key in busy,
-            }
-            for session in sessions
-        ]
-        return {"ts": self._now_ms(), "count": len(rows), "sessions": rows}
-
-    # -- HTTP hooks ----------------------------------------------------------------------------------------------
-
-    async def _hook_agent(self, request: web.Request) -> web.Response:
-        """``POST <hooks.path>/agent``: an external trigger's agent turn on the reserved ``cron`` slot.
-
-        Body: ``{message, name?, agentId? = the default agent, sessionKey? (hook:…), deliver? = true, timeoutSeconds?,
-        idempotencyKey?}``; ``Authorization: Bearer <hooks.token>``. Answers 202 ``{ok: true, runId}``; 401 for a
-        missing or wrong token, 400 ``{ok: false, error}`` for a bad body, 413 past 256 KiB.
-        """
-        token = self._config.hooks.token
-        offered = request.headers.get("Authorization", "")
-        scheme, _, value = offered.partition(" ")
-        if token is None or scheme.lower() != "bearer" or not secrets_equal(value.strip(), token.get_secret_value()):
-            return web.json_response({"ok": False, "error": "unauthorized"}, status=401)
-        if request.content_length is not None and request.content_length > _HOOK_MAX_BODY:
-            return web.json_response({"ok": False, "error": "body too large"}, status=413)
-        raw = await request.content.read(_HOOK_MAX_BODY + 1)
-        if len(raw) > _HOOK_MAX_BODY:
-            return web.json_response({"ok": False, "error": "body too large"}, status=413)
-        try:
-            body = parse_params(HookAgentParams, "hooks.agent", json.loads(raw))
-            session_key = body.sessionKey or f"hook:http:{new_uuid()}"
-            if not session_key.startswith("hook:"):
-                raise ProtocolError("INVALID_REQUEST", "sessionKey must begin with hook:")
-            agent_id = body.agentId or self._config.default_agent_id
-            started = await self._require_runs().start_run(
-                RunRequest(
-                    session_key=session_key,
-                    agent_id=agent_id,
-                    message=wrap_external_content(body.message, source="webhook", name=body.name),
-                    lane="cron",
-                    options=TurnOptions(timeout_s=body.timeoutSeconds),
-                    idempotency_key=body.idempotencyKey,
-                    announce_to=Requester(main_key(agent_id), agent_id, "gateway", authenticated=False),
-                    deliver=body.deliver,
-                    reserved=True,
-                    label=body.name,
-                )
-            )
-        except RunsClosedError as exc:
-            return web.json_response({"ok": False, "error": exc.message}, status=503)
-        except (ValueError, GatewayError) as exc:
-            message = exc.message if isinstance(exc, GatewayError) else "invalid request body"
-            return web.json_response({"ok": False, "error": message}, status=400)
-        return web.json_response({"ok": True, "runId": started.run_id}, status=202)
-
-    # -- channels ------------------------------------------------------------------------------------------------
-
-    async def _webhook_inbound(self, request: web.Request) -> web.Response:
-        """``POST <channels.webhook.path>``: a signed channel message, run like ``chat.send`` on its sender's session.
-
-        Answers 202 ``{ok: true, runId, status}`` (a redelivered ``messageId`` gets its first run); 202
-        ``{ok: false, error}`` for a command the sender may not run (the refusal also goes out on the channel);
-        401/400/413 ``{ok: false, error: {code, message}}`` for an unsigned, malformed or oversized request, with
-        nothing recorded; 409 for a redelivered ``messageId`` with different text; 503 while the gateway is stopping.
-        """
-        channel = self._webhook
-        assert channel is not None  # the route exists only with the channel
-        try:
-            inbound = await channel.receive(request)
-        except WebhookError as exc:
-            return web.json_response({"ok": False, "error": exc.to_dict()}, status=exc.status)
-        try:
-            builtin = await self._builtin(inbound.run_request, inbound.requester)
-            if builtin is not None:
-                return web.json_response({"ok": True, **builtin}, status=202)
-            command, args = self._find_command(inbound.text, authenticated=inbound.requester.authenticated)
-        except ProtocolError as exc:
-            return web.json_response(channel.refuse(inbound, exc), status=202)
-        try:
-            started = await self._require_runs().start(
-                inbound.run_request, requester=inbound.requester, command=command, command_args=args
-            )
-        except IdempotencyConflictError as exc:
-            return web.json_response({"ok": False, "error": exc.to_dict()}, status=409)
-        except GatewayError as exc:
-            error = {"code": "unavailable", "message": exc.message}
-            return web.json_response({"ok": False, "error": error}, status=503)
-        return web.json_response({"ok": True, "runId": started.run_id, "status": started.status}, status=202)
 
     def _publish(self, session_key: str, event: str, payload: Mapping[str, Any]) -> None:
         """Send an event to every connection subscribed to the session."""
@@ -971,28 +646,6 @@ class GatewayServer:
 
     def _now_ms(self) -> int:
         return int(self._clock.now().timestamp() * 1000)
-
-    def _message_to_wire(self, message: Message) -> dict[str, Any]:
-        wire = message.to_wire()
-        if message.role == "assistant" and message.provider is not None:
-            provider = self._config.models.providers.get(message.provider)
-            if provider is not None:
-                wire["api"] = provider.api
-        return wire
-
-
-def _fixed(text: str) -> Callable[[], Awaitable[str]]:
-    async def answer() -> str:
-        return text
-
-    return answer
-
-
-def _session_key(raw: str) -> str:
-    try:
-        return str(parse_session_key(raw))
-    except SessionKeyError as exc:
-        raise ProtocolError("INVALID_REQUEST", f"invalid sessionKey: {exc.message}") from None
 
 
 def _translate(exc: GatewayError) -> ProtocolError:

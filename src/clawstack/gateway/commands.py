@@ -36,7 +36,7 @@ HELP_TEXT: Final = (
     "Plugin commands: /<name> [args] for each command a loaded plugin registered."
 )
 
-#: ``(session_key, agent_id) -> text``: what a text command answers.
+#: What a text command runs to answer: ``async () -> text``.
 Answer = Callable[[], Awaitable[str]]
 
 
@@ -59,27 +59,29 @@ class BuiltinCommands:
         self._store = store
         self._active_runs = active_runs
 
-    def answer(self, name: str, args: str, session_key: str, agent_id: str) -> Answer:
-        """The coroutine factory answering ``/name args`` on the session (not ``/stop``, ``/reset``, ``/new``)."""
+    def answer(self, name: str, args: str, session_key: str, agent_id: str, *, run_id: str | None = None) -> Answer:
+        """The coroutine factory answering ``/name args`` on the session (not ``/stop``, ``/reset``, ``/new``);
+        ``run_id`` is the answering run's own id, which ``/status`` does not count as a run in flight."""
 
         async def run() -> str:
             if name == "help":
                 return HELP_TEXT
             if name == "status":
-                return await self._status(session_key, agent_id)
+                return await self._status(session_key, agent_id, run_id)
             if name == "model":
                 return self._model(agent_id, args)
             return f"⚠️ /{name} is not supported by this gateway."
 
         return run
 
-    async def _status(self, session_key: str, agent_id: str) -> str:
+    async def _status(self, session_key: str, agent_id: str, run_id: str | None) -> str:
         session = await asyncio.to_thread(self._store.get, session_key)
         model = self._config.agent_model(agent_id).chain[0]
         lines = [f"🧠 Model: {model}", f"🧵 Session: {session_key}"]
         if session is not None:
             lines.append(f"🆔 Session id: {session.session_id}")
-        lines.append(f"🏃 Runs in flight: {len(self._active_runs(session_key))}")
+        others = [other for other in self._active_runs(session_key) if other != run_id]
+        lines.append(f"🏃 Runs in flight: {len(others)}")
         return "\n".join(lines)
 
     def _model(self, agent_id: str, args: str) -> str:

@@ -153,7 +153,7 @@ class GatewayMethods:
             text = "✅ Session reset." if name == "reset" else "✅ New session started."
             started = await runs.start(request, requester=requester, builtin=_fixed(text))
             return {"runId": started.run_id, "status": started.status}
-        answer = self._builtins.answer(name, args, key, request.agent_id)
+        answer = self._builtins.answer(name, args, key, request.agent_id, run_id=request.idempotency_key)
         started = await runs.start(request, requester=requester, builtin=answer)
         return {"runId": started.run_id, "status": started.status}
 

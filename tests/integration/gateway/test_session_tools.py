@@ -385,6 +385,8 @@ async def test_builtin_commands_never_reach_the_model(gateway_factory: Any) -> N
         assert final["state"] == "final"
         assert final["message"]["content"][0]["text"]
     assert gateway.fake.requests == []
+    final, _ = await gateway.turn("/status")
+    assert "Runs in flight: 0" in final["message"]["content"][0]["text"]  # not counting itself
     final, _ = await gateway.turn("/model fake/fake-model")
     assert "not supported" in final["message"]["content"][0]["text"]
 

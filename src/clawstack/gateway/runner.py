@@ -331,11 +331,12 @@ class GatewayRuns:
         except asyncio.CancelledError:
             # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
             # the cancellation of a started run itself; record it too, and tell subscribers.
-            self._active.pop(run.run_id, None)
             revoked = run.revoked
             if revoked is not None:
                 # Queued work whose requester lost their authority fails, visibly, instead of being aborted.
                 await asyncio.to_thread(self._record_failed, run.run_id, revoked.message)
+                # Only once recorded: a waiter that finds the run gone from the runs in flight reads its end.
+                self._active.pop(run.run_id, None)
                 self._broadcast_chat(
                     run,
                     {
@@ -349,6 +350,7 @@ class GatewayRuns:
                     await self._announce(request.announce_to, run, f"failed: {revoked.message}")
             else:
                 await asyncio.to_thread(self._record_aborted, run.run_id)
+                self._active.pop(run.run_id, None)
                 self._broadcast_chat(run, {"state": "aborted", "stopReason": "aborted"})
             raise
         except Exception as exc:
@@ -357,8 +359,8 @@ class GatewayRuns:
             else:
                 _log.exception("chat run %s failed", run.run_id)
                 kind, message = "internal_error", "internal error"
-            self._active.pop(run.run_id, None)
             await asyncio.to_thread(self._record_failed, run.run_id, message)
+            self._active.pop(run.run_id, None)
             self._broadcast_chat(
                 run,
                 {

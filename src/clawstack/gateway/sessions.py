@@ -48,9 +48,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-import os
 import sqlite3
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,15 +56,8 @@ from types import TracebackType
 from typing import Any, Final, Literal, NamedTuple, get_args
 
 from clawstack.common.clock import Clock, SystemClock
-from clawstack.common.files import ensure_private_dir
 from clawstack.common.ids import new_uuid
-from clawstack.common.sqlite import (
-    DatabaseError,
-    DatabaseLockedError,
-    immediate_transaction,
-    open_database,
-    take_writer_lock,
-)
+from clawstack.common.sqlite import DatabaseError, DatabaseLockedError, WriterDatabase
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id, parse_session_key
 
@@ -383,41 +374,24 @@ class SessionStore:
     def __init__(self, path: Path, *, clock: Clock | None = None) -> None:
         self.path = Path(path)
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._db: sqlite3.Connection | None = None
-        self._lock_fd: int | None = None
-        self._mutex = threading.RLock()
+        self._database = WriterDatabase(self.path, _SCHEMA, SCHEMA_VERSION, what="session store", foreign_keys=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     def open(self) -> None:
         """Lock, create or open, and migrate the database. Raises :class:`SessionStoreLockedError` if held."""
-        with self._mutex:
-            if self._db is not None:
-                raise SessionStoreError("the session store is already open")
-            ensure_private_dir(self.path.parent)
-            try:
-                lock_fd = take_writer_lock(self.path)
-            except DatabaseLockedError as exc:
-                raise SessionStoreLockedError("another session store holds this database") from exc
-            except DatabaseError as exc:
-                raise SessionStoreError(f"the session store cannot be locked: {exc}") from exc
-            try:
-                self._db = self._connect()
-            except BaseException:
-                # Best-effort release of the lock on any failure to open, then re-raise unchanged.
-                os.close(lock_fd)
-                raise
-            self._lock_fd = lock_fd
+        if self._database.is_open:
+            raise SessionStoreError("the session store is already open")
+        try:
+            self._database.open()
+        except DatabaseLockedError as exc:
+            raise SessionStoreLockedError("another session store holds this database") from exc
+        except DatabaseError as exc:
+            raise SessionStoreError(f"the session database cannot be used: {exc}") from exc
 
     def close(self) -> None:
         """Close the database and release the lock. Idempotent."""
-        with self._mutex:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)
-                self._lock_fd = None
+        self._database.close()
 
     def __enter__(self) -> SessionStore:
         self.open()
@@ -428,38 +402,24 @@ class SessionStore:
     ) -> None:
         self.close()
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            return open_database(self.path, _SCHEMA, SCHEMA_VERSION, foreign_keys=True)
-        except sqlite3.Error as exc:
-            raise SessionStoreError("the session database cannot be initialised") from exc
-        except DatabaseError as exc:
-            raise SessionStoreError(f"the session database cannot be used: {exc}") from exc
-
     # -- transactions ------------------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._mutex:
-            if self._db is None:
-                raise SessionStoreError("the session store is not open")
-            try:
-                yield self._db
-            except sqlite3.Error as exc:
-                raise SessionStoreError("the session database cannot be read") from exc
+        try:
+            with self._database.read() as db:
+                yield db
+        except DatabaseError as exc:
+            raise SessionStoreError(str(exc)) from exc
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed (durably) on success and rolled back on any error."""
-        with self._mutex:
-            db = self._db
-            if db is None:
-                raise SessionStoreError("the session store is not open")
-            try:
-                with immediate_transaction(db):
-                    yield db
-            except sqlite3.Error as exc:
-                raise SessionStoreError("the session database cannot be written") from exc
+        try:
+            with self._database.write() as db:
+                yield db
+        except DatabaseError as exc:
+            raise SessionStoreError(str(exc)) from exc
 
     def _now_ms(self) -> int:
         return int(self._clock.now().timestamp() * 1000)

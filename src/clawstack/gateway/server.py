@@ -305,6 +305,9 @@ class GatewayServer:
             await asyncio.to_thread(store.open)
             self._store = store
             self.interrupted_run_ids = tuple(await asyncio.to_thread(store.mark_interrupted))
+            released = await asyncio.to_thread(store.release_claimed_sessions)
+            if released:
+                _log.warning("freed %d session key(s) a plugin held outside its subagent sessions", len(released))
             defaults = self._config.agents.defaults
             self._lanes = Lanes(
                 {

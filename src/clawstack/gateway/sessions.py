@@ -769,6 +769,23 @@ class SessionStore:
         with self._read() as db:
             return self._find_idempotent(db, text, idempotency_key)
 
+    def release_claimed_sessions(self) -> builtins.list[str]:
+        """At start-up: free every key a plugin holds that is not a subagent key; return those keys.
+
+        A plugin may own only the ``agent:<id>:subagent:<name>`` sessions it created. A live session of another
+        kind recorded with a plugin owner (``plugin:<id>``) was claimed before that rule held; it is marked deleted
+        (its transcript stays in the file, hidden), so the key is free for the person it belongs to.
+        """
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT session_id, key FROM sessions WHERE deleted=0 AND owner LIKE 'plugin:%' ORDER BY key"
+            ).fetchall()
+            claimed = [(str(sid), str(key)) for sid, key in rows if parse_session_key(str(key)).kind != "subagent"]
+            now = self._now_ms()
+            for session_id, _ in claimed:
+                db.execute("UPDATE sessions SET deleted=1, updated_at_ms=? WHERE session_id=?", (now, session_id))
+        return [key for _, key in claimed]
+
     def mark_interrupted(self) -> builtins.list[str]:
         """At start-up: record every run left ``accepted`` or ``running`` as ``interrupted``; return their ids."""
         with self._write() as db:

@@ -362,3 +362,18 @@ async def test_a_deleted_plugin_session_frees_the_key_without_giving_the_plugin_
     # Its own finished run stays readable, and holds only its own messages.
     old = await runner.wait_for_run(accepted.run_id, timeout_ms=0)
     assert (old.status, old.terminal_reply) == ("ok", "first")
+
+
+async def test_a_key_a_plugin_claimed_before_the_rule_is_freed_at_start(tmp_path: Path, fake: FakeModelServer) -> None:
+    from clawstack.gateway.server import STORE_FILE
+    from clawstack.gateway.sessions import SessionStore
+
+    data = tmp_path / "claimed-data"
+    with SessionStore(data / STORE_FILE) as store:
+        store.get_or_create(MAIN, agent_id="main", owner=plugin_owner("runner"))
+    config = parse_config(config_document(fake.base_url), base_dir=tmp_path, environ={})
+    async with GatewayServer(config, data_dir=data) as gateway, aiohttp.ClientSession() as session:
+        person = await connected(session, gateway.port)
+        final = await chat(person, MAIN, "@fake reply: mine again", "reclaim-1")
+        assert final["state"] == "final"
+        assert gateway.store.get(MAIN).owner is None  # type: ignore[union-attr]

@@ -580,3 +580,21 @@ def test_any_appends_read_back_identically(drafts: list[NewMessage]) -> None:
         )
         if draft.timestamp_ms is not None:
             assert message.timestamp_ms == draft.timestamp_ms
+
+
+def test_release_claimed_sessions_frees_only_keys_a_plugin_held_outside_its_subagent_sessions(tmp_path: Path) -> None:
+    with SessionStore(tmp_path / "s.sqlite3") as store:
+        store.get_or_create("agent:main:main", agent_id="main", owner="plugin:grabber")
+        store.get_or_create("agent:main:channel:webhook:carol", agent_id="main", owner="plugin:grabber")
+        store.get_or_create("agent:main:subagent:work", agent_id="main", owner="plugin:grabber")
+        store.get_or_create("agent:main:subagent:child", agent_id="main", owner="native")
+        store.get_or_create("agent:main:channel:webhook:dave", agent_id="main")
+        assert store.release_claimed_sessions() == ["agent:main:channel:webhook:carol", "agent:main:main"]
+        assert store.get("agent:main:main") is None
+        assert store.get("agent:main:channel:webhook:carol") is None
+        assert store.get("agent:main:subagent:work") is not None
+        assert store.get("agent:main:subagent:child") is not None
+        assert store.get("agent:main:channel:webhook:dave") is not None
+        # The key is free: a person's session is a new one, with no owner.
+        assert store.get_or_create("agent:main:main", agent_id="main").owner is None
+        assert store.release_claimed_sessions() == []

@@ -333,10 +333,6 @@ class AgentLoop:
             layers.append(ToolPolicy(tools_allow))
         return ToolPolicy().effective(candidates, *layers)
 
-    def workspace(self, agent_id: str) -> Path:
-        """The agent's workspace: where its workspace tools are confined and its bootstrap files are read."""
-        return self.agent(agent_id).workspace
-
     def agent(self, agent_id: str) -> AgentEntry:
         """The configured agent; :class:`UnknownAgentError` if there is none."""
         try:

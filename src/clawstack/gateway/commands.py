@@ -20,6 +20,7 @@ session's lane, so ``/status`` answers while a long turn is running.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -40,15 +41,19 @@ HELP_TEXT: Final = (
 Answer = Callable[[], Awaitable[str]]
 
 
+#: ``/name [args]``: the name runs to the first whitespace (and holds no ``/``); the rest, trimmed, is the args.
+_COMMAND: Final = re.compile(r"/(?P<name>[^\s/]+)(?:\s+(?P<args>.*))?", re.DOTALL)
+
+
 def split_command(message: str) -> tuple[str, str] | None:
-    """``(name, args)`` when ``message`` is ``/name [args]`` (name lower-cased), else ``None``."""
-    text = message.strip()
-    if not text.startswith("/") or len(text) < 2:
+    """``(name, args)`` when ``message`` is ``/name [args]`` (the name as written), else ``None``.
+
+    The one parser of chat commands: built-ins (whose names are matched lower-cased) and plugin commands alike.
+    """
+    match = _COMMAND.fullmatch(message.strip())
+    if match is None:
         return None
-    head, _, rest = text[1:].partition(" ")
-    if not head or "/" in head:
-        return None
-    return head.lower(), rest.strip()
+    return match["name"], (match["args"] or "").strip()
 
 
 class BuiltinCommands:

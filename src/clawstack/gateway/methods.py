@@ -18,9 +18,8 @@ agent turn, under the same run contract; an unknown ``/<name>`` is an ordinary a
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from clawstack.common.clock import Clock
 from clawstack.gateway.authority import OPERATOR_SCOPES, ChannelIdentity, OperatorAuthority
@@ -48,10 +47,6 @@ from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.sessions import Message, SessionStore
 
 __all__ = ["Caller", "GatewayMethods"]
-
-#: A channel text command: ``/<name>``, then optionally whitespace and the arguments (the rest of the message).
-_COMMAND_RE: Final = re.compile(r"/(?P<name>[^\s/]+)(?:\s+(?P<args>.*))?", re.DOTALL)
-
 
 class Caller(Protocol):
     """The connection a request came on, as the methods see it."""
@@ -126,9 +121,9 @@ class GatewayMethods:
         ``chat.send`` answer, or ``None`` when the message is no built-in. ``/stop``, ``/reset`` and ``/new`` need
         an authenticated sender (``FORBIDDEN`` otherwise)."""
         parsed = split_command(request.message)
-        if parsed is None or parsed[0] not in RESERVED_COMMANDS:
+        if parsed is None or parsed[0].lower() not in RESERVED_COMMANDS:
             return None
-        name, args = parsed
+        name, args = parsed[0].lower(), parsed[1]
         runs, store = self._require_runs(), self._store
         key = request.session_key
         if name in ("stop", "reset", "new") and not requester.authenticated:
@@ -163,13 +158,13 @@ class GatewayMethods:
         Refuses (``INVALID_REQUEST``) arguments to a command without ``accepts_args`` and a ``require_auth``
         command from an unauthenticated connection.
         """
-        match = _COMMAND_RE.fullmatch(message.strip())
-        if match is None:
+        parsed = split_command(message)
+        if parsed is None:
             return None, ""
-        command = self._plugins.commands.get(match["name"])
+        name, args = parsed
+        command = self._plugins.commands.get(name)
         if command is None:
             return None, ""
-        args = (match["args"] or "").strip()
         if args and not command.accepts_args:
             raise ProtocolError(
                 "INVALID_REQUEST",

@@ -524,3 +524,12 @@ async def test_agent_visibility_reaches_same_agent_sessions_and_sessions_send_wa
     assert sent["reply"] == "pong from bob"
     inbound = next(r for r in fake.requests if "BOB-PING" in json.dumps(r.body["messages"][-1]))
     assert "isUser=false" in json.dumps(inbound.body["messages"][-1])
+
+
+async def test_a_builtin_followed_by_a_new_line_or_in_capitals_never_reaches_the_model(gateway_factory: Any) -> None:
+    gateway = await gateway_factory()
+    gateway.script([{"reply": "unexpected"}])
+    for text in ("/status\nand more", "/HELP", "/Model\tfake/fake-model"):
+        final, _ = await gateway.turn(text)
+        assert final["state"] == "final"
+    assert gateway.fake.requests == []

@@ -353,9 +353,10 @@ class NativeChildren:
     async def _watch(self, run_id: str) -> None:
         """Follow the child's run to its end and record its completion."""
         try:
-            marked = False
+            if await self._runs.wait_for_start(run_id):
+                await asyncio.to_thread(self._children.mark_running, run_id)
             while True:
-                run = await self._runs.wait_run(run_id, 0.25 if not marked else 3600.0)
+                run = await self._runs.wait_run(run_id, 3600.0)
                 if run is None:
                     await self._record(
                         run_id, "failed", result="", error="the child's run was not recorded", usage=None
@@ -363,9 +364,6 @@ class NativeChildren:
                     return
                 if not run.active:
                     break
-                if not marked and not self._runs.is_queued(run_id):
-                    await asyncio.to_thread(self._children.mark_running, run_id)
-                    marked = True
             await self._finish(run)
         finally:
             self._watchers.pop(run_id, None)

@@ -83,6 +83,7 @@ class ActiveRun:
     builtin: Callable[[], Awaitable[str]] | None = None
     started: bool = False
     revoked: AuthorityRevokedError | None = None
+    left_queue: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -268,6 +269,21 @@ class GatewayRuns:
                     await run.done.wait()
         return await asyncio.to_thread(self._store.get_run, run_id)
 
+    async def wait_for_start(self, run_id: str) -> bool:
+        """Wait until the run in flight leaves its queue (its turn starts) or ends; whether it started.
+        ``False`` at once for a run that is not in flight."""
+        run = self._active.get(run_id)
+        if run is None:
+            return False
+        left = asyncio.ensure_future(run.left_queue.wait())
+        ended = asyncio.ensure_future(run.done.wait())
+        try:
+            await asyncio.wait({left, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            left.cancel()
+            ended.cancel()
+        return run.started
+
     def is_queued(self, run_id: str) -> bool:
         """Whether the run is in flight and still waiting for its session or a lane slot (:class:`RunHost`)."""
         run = self._active.get(run_id)
@@ -297,6 +313,7 @@ class GatewayRuns:
                 # Admission: work retained under a requester's authority runs only while that authority holds.
                 self._authority.check_retained(run.run_id)
             run.started = True
+            run.left_queue.set()
             if run.builtin is not None:
                 await asyncio.to_thread(self._store.mark_running, run.run_id)
                 await self._append_user(run)

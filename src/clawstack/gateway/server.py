@@ -622,7 +622,13 @@ class GatewayServer:
         if change.revocations:
             _log.warning("config reload revoked %d retained run(s)", len(change.revocations))
         old, new = self._config.model_dump(), config.model_dump()
-        return tuple(sorted(k for k in new if k not in ("operators", "channels") and old.get(k) != new.get(k)))
+        for document in (old, new):
+            document.pop("operators", None)
+            # A channel's allowFrom applies live; the rest of its settings wait for a restart like any other key.
+            for channel in document.get("channels", {}).values():
+                if isinstance(channel, dict):
+                    channel.pop("allow_from", None)
+        return tuple(sorted(k for k in new if old.get(k) != new.get(k)))
 
     def _require_authority(self) -> OperatorAuthority:
         if self._authority is None:

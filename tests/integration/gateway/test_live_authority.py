@@ -242,3 +242,14 @@ async def test_sighup_reloads_the_operators_of_a_running_claw_gateway(tmp_path: 
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+async def test_a_reload_names_the_changed_keys_that_wait_for_a_restart(
+    server: GatewayServer, fake: FakeModelServer, tmp_path: Path
+) -> None:
+    changed = document(fake.base_url, alice_roles=["operator.admin"])
+    changed["channels"]["webhook"]["allowFrom"] = ["alice", "bob"]  # live
+    assert server.reload(parse_config(changed, base_dir=tmp_path, environ={})) == ()
+    changed["channels"]["webhook"]["secret"] = "another-secret-0123456789"
+    changed["agents"]["defaults"]["subagents"]["maxConcurrent"] = 3
+    assert server.reload(parse_config(changed, base_dir=tmp_path, environ={})) == ("agents", "channels")

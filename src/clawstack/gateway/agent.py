@@ -65,7 +65,7 @@ from clawstack.gateway.config import AgentEntry, GatewayConfig, ProviderConfig, 
 from clawstack.gateway.custody import NATIVE_OWNER
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import parse_session_key
-from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore
+from clawstack.gateway.sessions import Message, NewMessage, RunStateError, SessionStore, content_text
 from clawstack.gateway.tools import Tool, ToolError, ToolInvocation, ToolPolicy, ToolRegistry
 from clawstack.llm import ChatCompletion, LLMClient, LLMError, ReasoningEffort, ToolCall
 
@@ -197,12 +197,6 @@ class _TurnFailed(Exception):
         self.text = text
 
 
-def _text_of(content: str | list[dict[str, Any]]) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
-
-
 def transcript_to_messages(history: Sequence[Message]) -> list[dict[str, Any]]:
     """The OpenAI chat messages for a stored transcript.
 
@@ -221,9 +215,9 @@ def transcript_to_messages(history: Sequence[Message]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for message in history:
         if message.role in ("user", "system"):
-            messages.append({"role": message.role, "content": _text_of(message.content)})
+            messages.append({"role": message.role, "content": content_text(message.content)})
         elif message.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": _text_of(message.content)}
+            entry: dict[str, Any] = {"role": "assistant", "content": content_text(message.content)}
             calls = [
                 {
                     "id": block["id"],

@@ -48,6 +48,7 @@ from clawstack.gateway.sessions import Message, SessionStore
 
 __all__ = ["Caller", "GatewayMethods"]
 
+
 class Caller(Protocol):
     """The connection a request came on, as the methods see it."""
 

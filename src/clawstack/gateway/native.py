@@ -48,7 +48,7 @@ from clawstack.gateway.dispatch import REASONING_EFFORT_BY_THINKING, THINKING_LE
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id
 from clawstack.gateway.runner import GatewayRuns
-from clawstack.gateway.sessions import NewMessage, Run, SessionStore
+from clawstack.gateway.sessions import NewMessage, Run, SessionStore, content_text
 
 __all__ = [
     "MAX_WAIT_IDS",
@@ -374,7 +374,7 @@ class NativeChildren:
         for message in messages:
             if message.role != "assistant":
                 continue
-            text = _text_of(message.content) or text
+            text = content_text(message.content) or text
             if message.usage:
                 usage["inputTokens"] += int(message.usage.get("input", 0))
                 usage["outputTokens"] += int(message.usage.get("output", 0))
@@ -514,16 +514,6 @@ def completion_entry(record: ChildRecord) -> dict[str, Any]:
     if record.usage is not None:
         entry["usage"] = record.usage
     return entry
-
-
-def _text_of(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(block.get("text", "")) for block in content if isinstance(block, dict) and block.get("type") == "text"
-        )
-    return ""
 
 
 def _task_message(task: str, depth: int, max_depth: int) -> str:

@@ -30,7 +30,7 @@ from clawstack.gateway.native import (
     SpawnRequest,
 )
 from clawstack.gateway.runner import GatewayRuns
-from clawstack.gateway.sessions import Message, Session, SessionStore
+from clawstack.gateway.sessions import Message, Session, SessionStore, content_text
 from clawstack.gateway.tools import Tool, ToolError, ToolInvocation
 
 __all__ = [
@@ -124,14 +124,6 @@ def _parent(invocation: ToolInvocation) -> Parent:
         model=invocation.model,
         blind=invocation.blind,
     )
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return ""
 
 
 class _SessionTools:
@@ -414,7 +406,10 @@ class _SessionTools:
                 {"runId": run.run_id, "status": "error", "error": run.error or run.state, "sessionKey": session.key}
             )
         messages = await asyncio.to_thread(self._store.run_messages, run.run_id)
-        reply = next((_text(m.content) for m in reversed(messages) if m.role == "assistant" and _text(m.content)), "")
+        reply = next(
+            (content_text(m.content) for m in reversed(messages) if m.role == "assistant" and content_text(m.content)),
+            "",
+        )
         if not reply:
             return _result(
                 {"runId": run.run_id, "status": "no_reply", "sessionKey": session.key, "message": "no visible reply"}

@@ -264,6 +264,13 @@ _MESSAGE_COLUMNS: Final = (
 _RUN_COLUMNS: Final = "run_id, session_key, session_id, state, started_at_ms, ended_at_ms, error, idempotency_key"
 
 
+def content_text(content: Content) -> str:
+    """The text of a message's content: the string itself, or its ``text`` blocks joined."""
+    if isinstance(content, str):
+        return content
+    return "".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+
+
 def _dump_json(value: object, what: str) -> str:
     """Compact JSON for storage; refuse what cannot round-trip (NaN, non-JSON types, lone surrogates)."""
     try:
@@ -846,4 +853,5 @@ __all__ = [
     "SessionStore",
     "SessionStoreError",
     "SessionStoreLockedError",
+    "content_text",
 ]

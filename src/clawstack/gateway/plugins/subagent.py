@@ -81,7 +81,7 @@ from clawstack.gateway.plugins.complete import (
     current_invocation,
     detached,
 )
-from clawstack.gateway.sessions import MAX_HISTORY_LIMIT, Message, Run, SessionStore
+from clawstack.gateway.sessions import MAX_HISTORY_LIMIT, Message, Run, SessionStore, content_text
 from clawstack.gateway.tools import ToolRegistry
 
 __all__ = [
@@ -160,13 +160,6 @@ class SessionMessages:
     session_key: str
     messages: tuple[dict[str, Any], ...]
     total: int
-
-
-def _text(message: Message) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
 
 
 class _Live:
@@ -377,7 +370,7 @@ class SubagentRunner:
             "ended_at": run.ended_at_ms,
             "liveness_state": "ended",
             "provider_started": bool(replies),
-            "terminal_reply": None if last is None else _text(last),
+            "terminal_reply": None if last is None else content_text(last.content),
         }
         if run.state == "ok":
             stop = "stop" if last is None or last.stop_reason is None else last.stop_reason

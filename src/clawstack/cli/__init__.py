@@ -17,6 +17,7 @@ _COMMANDS = {
     "down": "clawstack.cli.pod:down_command",
     "fake-llm": "clawstack.cli.fake_llm:fake_llm",
     "gateway": "clawstack.cli.gateway:gateway",
+    "images": "clawstack.cli.images:images",
     "proxy": "clawstack.cli.proxy:proxy",
     "runs": "clawstack.cli.runs:runs",
     "up": "clawstack.cli.pod:up_command",

@@ -13,6 +13,7 @@
         proxy/state/ proxy/journal/   0700  the proxy's identities and trace journal
         sock/                         0700  the proxy's sockets (under /tmp when the pod path is too long)
     <pod>/.claw-revocations/          0700  the proxy's revocation ledger; never rotated
+    <pod>/.claw-runs/build.compose.yml 0600 under compose: the project claw up builds per-run images from
     <pod>/compose.generated.yml       0600  under the compose backend
 """
 
@@ -37,6 +38,14 @@ from clawstack.pod.errors import PodError
 OPERATOR_TOKEN_ENV: Final = "CLAW_PROXY_OPERATOR_TOKEN"  # noqa: S105 (a variable name)
 MAX_TEMPLATE_BYTES: Final = 4 * 1024 * 1024
 MAX_SOCKET_DIR_BYTES: Final = 80
+
+# Under compose, where the proxy container sees what claw up wrote (see :func:`proxy_config`).
+CONTAINER_PROXY_DIR: Final = "/claw/proxy"  # .claw-runtime/proxy, read-only
+CONTAINER_STATE_DIR: Final = "/claw/state"  # .claw-runtime/proxy/state
+CONTAINER_JOURNAL_DIR: Final = "/claw/journal"  # .claw-runtime/proxy/journal, when the journal is on
+CONTAINER_REVOCATION_DIR: Final = "/claw/revocations"  # .claw-revocations
+CONTAINER_SOCKET_DIR: Final = "/claw/sock"  # PodPaths.sockets
+PROXY_WORKER_PORT: Final = 8080
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,19 @@ class PodPaths:
     @property
     def proxy_config(self) -> Path:
         return self.proxy / "proxy.json"
+
+    @property
+    def proxy_state(self) -> Path:
+        return self.proxy / "state"
+
+    @property
+    def proxy_journal(self) -> Path:
+        return self.proxy / "journal"
+
+    @property
+    def build_file(self) -> Path:
+        """The private Compose project ``claw up`` builds per-run images from (compose backend)."""
+        return self.runs / "build.compose.yml"
 
     @property
     def contexts(self) -> Path:
@@ -117,27 +139,52 @@ def existing_operator_token(paths: PodPaths) -> str | None:
 
 
 def proxy_config(compiled: CompiledPod, paths: PodPaths, operator_token: str) -> dict[str, Any]:
-    """The configuration ``claw proxy serve`` starts with for this pod."""
+    """The configuration ``claw proxy serve`` starts with for this pod.
+
+    Under the local backend it names host paths; under compose it names the proxy container's own paths (see
+    :data:`CONTAINER_PROXY_DIR` and its siblings), and the revocation directory comes from the container's
+    ``CLAW_REVOCATION_DIR``.
+    """
     spec = compiled.spec
+    if spec.backend == "compose":
+        proxy_dir, state, journal = CONTAINER_PROXY_DIR, CONTAINER_STATE_DIR, CONTAINER_JOURNAL_DIR
+        listeners: dict[str, Any] = {
+            "worker": {
+                "host": "0.0.0.0",  # noqa: S104 (the container's runs network; the host guard keeps it there)
+                "port": PROXY_WORKER_PORT,
+                "unix_socket": f"{CONTAINER_SOCKET_DIR}/{paths.worker_socket.name}",
+            },
+            "operator": {"unix_socket": f"{CONTAINER_SOCKET_DIR}/{paths.operator_socket.name}"},
+        }
+    else:
+        proxy_dir, state, journal = str(paths.proxy), str(paths.proxy_state), str(paths.proxy_journal)
+        listeners = {
+            "worker": {"unix_socket": str(paths.worker_socket)},
+            "operator": {"unix_socket": str(paths.operator_socket)},
+        }
     config: dict[str, Any] = {
-        "worker": {"unix_socket": str(paths.worker_socket)},
-        "operator": {"unix_socket": str(paths.operator_socket)},
+        **listeners,
         "operator_token_env": OPERATOR_TOKEN_ENV,
-        "state_dir": str(paths.proxy / "state"),
-        "revocation_dir": str(paths.revocations),
+        "state_dir": state,
+        **({} if spec.backend == "compose" else {"revocation_dir": str(paths.revocations)}),
         "env": {**compiled.credentials, OPERATOR_TOKEN_ENV: operator_token},
         "upstreams": {
             prefix: {"base_url": up.base_url, **({"api_key_env": up.api_key_env} if up.api_key_env else {})}
             for prefix, up in sorted(spec.upstreams.items())
         },
         "tools": {
-            decl.name: {"base_url": decl.endpoint, "descriptor_file": str(paths.proxy / "tools" / f"{decl.name}.json")}
+            decl.name: {"base_url": decl.endpoint, "descriptor_file": f"{proxy_dir}/tools/{decl.name}.json"}
             for decl in spec.tool_services
         },
     }
     if spec.journal:
-        config["journal"] = {"directory": str(paths.proxy / "journal")}
+        config["journal"] = {"directory": journal}
     return config
+
+
+def proxy_config_bytes(compiled: CompiledPod, paths: PodPaths, operator_token: str) -> bytes:
+    """``proxy.json`` exactly as :func:`write_pod` writes it."""
+    return _json(proxy_config(compiled, paths, operator_token))
 
 
 def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | None = None) -> str:
@@ -147,11 +194,16 @@ def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | N
         ensure_private_dir(directory)
     ensure_private_dir(paths.revocations)
     ensure_private_dir(paths.sockets)
+    if compiled.spec.backend == "compose":
+        # Bind-mount sources must exist, owned by the operator: Docker would create a missing one as root.
+        ensure_private_dir(paths.proxy_state)
+        if compiled.spec.journal:
+            ensure_private_dir(paths.proxy_journal)
     for service, descriptor in compiled.descriptors.items():
         write_private(paths.proxy / "tools" / f"{service}.json", descriptor)
     for template in compiled.templates:
         write_private(paths.contexts / f"{template.name}.json", _json(template.context))
-    write_private(paths.proxy_config, _json(proxy_config(compiled, paths, token)))
+    write_private(paths.proxy_config, proxy_config_bytes(compiled, paths, token))
     write_private(paths.manifest, _json({"pod": compiled.spec.name, "backend": compiled.spec.backend}))
     keep = {f"{t.name}.json" for t in compiled.templates}
     for template in compiled.templates:
@@ -229,12 +281,19 @@ def list_templates(paths: PodPaths) -> dict[str, Any]:
 
 
 __all__ = [
+    "CONTAINER_JOURNAL_DIR",
+    "CONTAINER_PROXY_DIR",
+    "CONTAINER_REVOCATION_DIR",
+    "CONTAINER_SOCKET_DIR",
+    "CONTAINER_STATE_DIR",
     "OPERATOR_TOKEN_ENV",
+    "PROXY_WORKER_PORT",
     "PodPaths",
     "existing_operator_token",
     "list_templates",
     "load_template",
     "proxy_config",
+    "proxy_config_bytes",
     "read_pod_manifest",
     "write_pod",
 ]

@@ -22,13 +22,16 @@ from typing import Any, Final
 from clawstack.common.digest import sha256_digest, spec_digest
 from clawstack.pod.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
 from clawstack.pod.errors import BackendError, ValidationError
+from clawstack.pod.imagebuild import WORKER_IMAGE
 from clawstack.pod.images import ImageInfo, inspect_image
+from clawstack.pod.netguard import runs_network
 from clawstack.pod.podfile import POD_FILE, PodSpec, Template
 from clawstack.pod.values import PLAN_PREFIXES
+from clawstack.worker.container import wrapper_digest
 
 TEMPLATE_SCHEMA: Final = 1
 LOCAL_RUNNERS: Final = {"clawstack/oneshot": "oneshot", "clawstack/hermes": "hermes"}
-STATELESS_TYPES: Final = frozenset({"oneshot", "picoclaw"})
+STATELESS_TYPES: Final = frozenset({"oneshot"})
 TASK_HOME_TYPES: Final = frozenset({"hermes"})
 HERMES_MODULE: Final = "clawstack.worker.hermes"
 
@@ -117,26 +120,49 @@ def _local_runner(template: Template, where: str) -> dict[str, Any]:
     return {"image": template.image, "type": runner_type, "digest": runner_digest(_runner_modules(runner_type))}
 
 
-def _compose_runner(template: Template, where: str, inspector: ImageInspector) -> dict[str, Any]:
-    if template.image is None:
+def template_image(spec: PodSpec, template: Template) -> str:
+    """The image a compose template runs: its ``image:``, else the name ``docker compose build`` gives a built
+    service (``<pod>-<service>``)."""
+    return template.image if template.image is not None else f"{spec.name}-{template.name}"
+
+
+def _compose_runner(spec: PodSpec, template: Template, where: str, inspector: ImageInspector) -> dict[str, Any]:
+    image = template_image(spec, template)
+    try:
+        info = inspector(image)
+    except BackendError as exc:
+        if exc.code != "image_not_found" or template.build is None:
+            raise
         raise BackendError(
-            "build the worker image first and name it with image: (claw up resolves images, it never builds)",
+            f"the image {image} of this build: service is not built yet; claw up builds it (claw up --check "
+            "never builds)",
             where=where,
-        )
-    info = inspector(template.image)
+            code="image_not_found",
+        ) from exc
     if info.volumes:
         raise BackendError(
-            f"the image {template.image} declares VOLUME {', '.join(info.volumes)}; a per-run worker has no "
+            f"the image {image} declares VOLUME {', '.join(info.volumes)}; a per-run worker has no "
             "persistent storage: rebuild it without VOLUME",
             where=where,
         )
     if info.claw_type is None:
         raise BackendError(
-            f"the image {template.image} does not say its runner type; set CLAW_TYPE (oneshot, picoclaw or hermes)",
+            f"the image {image} does not say its runner type; set CLAW_TYPE (oneshot or hermes)",
             where=where,
         )
+    if info.claw_type == "picoclaw":
+        raise BackendError(
+            f"the image {image} is a PicoClaw runner (CLAW_TYPE picoclaw), which clawstack does not run: "
+            f"build the worker FROM {WORKER_IMAGE} (CLAW_TYPE oneshot), whose one-shot runner honours the same "
+            "contract",
+            where=where,
+            code="runner_unsupported",
+        )
     _check_profile(template, info.claw_type, where)
-    return {"image": template.image, "image_id": info.image_id, "type": info.claw_type}
+    runner: dict[str, Any] = {"image": image, "image_id": info.image_id, "type": info.claw_type}
+    if info.claw_type == "oneshot":
+        runner["wrapper"] = wrapper_digest()
+    return runner
 
 
 def _check_profile(template: Template, runner_type: str, where: str) -> None:
@@ -193,7 +219,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             raise ValidationError(exc.message, where=f"{POD_FILE}: services.{decl.name}.x-claw.describe") from exc
     endpoints = {decl.name: decl.endpoint for decl in spec.tool_services}
     network = (
-        {"name": f"claw-runs-{spec.name}", "internal": True}
+        {"name": runs_network(spec.name).name, "internal": True}
         if spec.backend == "compose"
         else {"name": "sandbox", "mode": "proxy-only"}
     )
@@ -202,7 +228,9 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
     for template in spec.templates:
         where = f"{POD_FILE}: services.{template.name}"
         runner = (
-            _compose_runner(template, where, inspector) if spec.backend == "compose" else _local_runner(template, where)
+            _compose_runner(spec, template, where, inspector)
+            if spec.backend == "compose"
+            else _local_runner(template, where)
         )
         tools = _expand_grant(template, descriptors, where)
         services_used = sorted({name.split(".", 1)[0] for name in tools})
@@ -288,4 +316,11 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
     )
 
 
-__all__ = ["CompiledPod", "CompiledTemplate", "compile_pod", "installed_runner_digest", "runner_digest"]
+__all__ = [
+    "CompiledPod",
+    "CompiledTemplate",
+    "compile_pod",
+    "installed_runner_digest",
+    "runner_digest",
+    "template_image",
+]

@@ -102,15 +102,7 @@ class LocalProxy:
 
     def healthy(self) -> bool:
         """Whether the operator API answers a health check with the pod's operator token."""
-        token = existing_operator_token(self.paths)
-        if token is None or not self.paths.operator_socket.exists():
-            return False
-        try:
-            with sync_client(self.paths.operator_socket, timeout_s=2) as client:
-                response = client.get("/v1/health", headers={"Authorization": f"Bearer {token}"})
-                return response.status_code == 200 and response.json().get("status") == "ok"
-        except (ClawError, httpx.HTTPError, ValueError):
-            return False
+        return operator_healthy(self.paths)
 
     def stop(self, *, grace_s: float = STOP_GRACE_S) -> bool:
         """Stop the proxy if it runs; return whether one was stopped. Raises if it cannot be made to exit."""
@@ -138,6 +130,31 @@ class LocalProxy:
             raise BackendError(f"the proxy (pid {pid}) does not exit", code="proxy_stop_failed")
 
 
+def operator_healthy(paths: PodPaths, *, timeout_s: float = 2.0) -> bool:
+    """Whether the pod's proxy answers ``GET /v1/health`` on its operator socket (``PodPaths.operator_socket``)
+    with the pod's operator token, under either backend. Never raises: an absent or broken proxy is ``False``."""
+    token = existing_operator_token(paths)
+    if token is None or not paths.operator_socket.exists():
+        return False
+    try:
+        with sync_client(paths.operator_socket, timeout_s=timeout_s) as client:
+            response = client.get("/v1/health", headers={"Authorization": f"Bearer {token}"})
+            return response.status_code == 200 and response.json().get("status") == "ok"
+    except (ClawError, httpx.HTTPError, ValueError, AttributeError):
+        return False
+
+
+def wait_for_operator_healthy(paths: PodPaths, *, timeout_s: float, poll_s: float = 0.1) -> bool:
+    """Poll :func:`operator_healthy` until it holds (``True``) or ``timeout_s`` passes (``False``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if operator_healthy(paths):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def _alive(pid: int) -> bool:
     with contextlib.suppress(ChildProcessError):
         reaped, _ = os.waitpid(pid, os.WNOHANG)
@@ -156,4 +173,4 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-__all__ = ["LocalProxy", "ProxyProcess"]
+__all__ = ["LocalProxy", "ProxyProcess", "operator_healthy", "wait_for_operator_healthy"]

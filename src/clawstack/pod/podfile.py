@@ -347,8 +347,9 @@ def _template(
             f"a per-run service may declare only image or build as Compose keys; remove {', '.join(extra)}",
             where=where,
         )
-    if ("image" in service) == ("build" in service):
-        raise ValidationError("a per-run service declares exactly one of image and build", where=where)
+    if "image" not in service and "build" not in service:
+        # Both may be given: claw up then builds the image and tags it with image:.
+        raise ValidationError("a per-run service declares image, build or both", where=where)
     x_claw = _mapping(service.get("x-claw"), f"{where}.x-claw")
     for key in REJECTED_PER_RUN_X_CLAW:
         if key in x_claw:

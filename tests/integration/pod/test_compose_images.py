@@ -11,9 +11,10 @@ import yaml
 
 from clawstack.pod.errors import BackendError
 from clawstack.pod.up import up
+from clawstack.worker.container import wrapper_digest
 from tests.docker_images import LocalImages, requires_docker
 
-pytestmark = requires_docker.marks
+pytestmark = [*requires_docker.marks, pytest.mark.usefixtures("clawstack_images")]  # claw up pins the proxy image
 
 PODS = Path(__file__).resolve().parents[2] / "pods"
 
@@ -41,7 +42,7 @@ def test_the_template_pins_the_local_image_id(tmp_path: Path, images: LocalImage
     tag, image_id = images.build("worker", env={"CLAW_TYPE": "oneshot"})
     result = up(compose_pod(tmp_path, tag), detach=False, environ={})
     runner = result.compiled.templates[0].document["runner"]
-    assert runner == {"image": tag, "image_id": image_id, "type": "oneshot"}
+    assert runner == {"image": tag, "image_id": image_id, "type": "oneshot", "wrapper": wrapper_digest()}
 
 
 def test_an_image_with_a_volume_is_refused(tmp_path: Path, images: LocalImages) -> None:

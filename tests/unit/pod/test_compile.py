@@ -19,6 +19,7 @@ from clawstack.pod.errors import BackendError, PodError
 from clawstack.pod.images import ImageInfo
 from clawstack.pod.podfile import load_pod
 from clawstack.pod.up import up
+from clawstack.worker.container import wrapper_digest
 
 PODS = Path(__file__).resolve().parents[2] / "pods"
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pod"
@@ -272,13 +273,18 @@ def test_compose_pins_the_image_id_and_renders_the_project(tmp_path: Path) -> No
     pod = compose_pod(tmp_path)
     result = up(pod, detach=False, environ={}, inspector=inspector("oneshot"))
     document = result.compiled.templates[0].document
-    assert document["runner"] == {"image": "acme/worker:1", "image_id": "sha256:" + "a" * 64, "type": "oneshot"}
+    assert document["runner"] == {
+        "image": "acme/worker:1",
+        "image_id": "sha256:" + "a" * 64,
+        "type": "oneshot",
+        "wrapper": wrapper_digest(),
+    }
     assert document["network"] == {"name": "claw-runs-t", "internal": True}
     paths = PodPaths(pod.resolve())
     assert stat.S_IMODE(paths.compose_file.stat().st_mode) == 0o600
     project = yaml.safe_load(paths.compose_file.read_text())
     assert "worker" not in project["services"]
-    assert project["networks"]["claw-runs-t"] == {"internal": True}
+    assert project["networks"]["claw-runs-t"]["internal"] is True
     assert "claw-runs-t" in project["services"]["cllama"]["networks"]
     assert "x-claw" not in project["services"]["ticket-api"]
     assert result.compiled.spec.tool_services[0].endpoint == "http://ticket-api:8080"
@@ -291,7 +297,8 @@ def test_compose_pins_the_image_id_and_renders_the_project(tmp_path: Path) -> No
         ("oneshot", ("/data",), False, "declares VOLUME /data"),
         (None, (), False, "does not say its runner type; set CLAW_TYPE"),
         ("hermes", (), False, "the stateless profile supports the one-shot runner only, not hermes"),
-        ("picoclaw", (), True, "the task-home profile supports the Hermes runner only, not picoclaw"),
+        ("oneshot", (), True, "the task-home profile supports the Hermes runner only, not oneshot"),
+        ("picoclaw", (), False, "is a PicoClaw runner (CLAW_TYPE picoclaw), which clawstack does not run"),
     ],
 )
 def test_compose_image_rules(

@@ -1,6 +1,6 @@
 """The example pod's tool service: a tiny ticket store behind one managed tool, `get_ticket`.
 
-Run: python examples/pod/ticket_api.py [--port 18091]. It checks the bearer the proxy sends (TICKET_API_TOKEN,
+Run: python examples/pod/ticket_api.py [--host 127.0.0.1] [--port 18091]. It checks the bearer the proxy sends (TICKET_API_TOKEN,
 with the pod's default) itself: the descriptor tells the proxy to send it, and the service must validate it.
 """
 
@@ -45,10 +45,11 @@ def make_app(token: str) -> web.Application:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18091)
     args = parser.parse_args()
     token = os.environ.get("TICKET_API_TOKEN", "example-ticket-token-change-me")
-    web.run_app(make_app(token), host="127.0.0.1", port=args.port, print=lambda line: print(line, flush=True))
+    web.run_app(make_app(token), host=args.host, port=args.port, print=lambda line: print(line, flush=True))
 
 
 if __name__ == "__main__":

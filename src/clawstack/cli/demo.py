@@ -2,7 +2,10 @@
 
 It copies ``examples/pod`` to a private scratch directory and runs, as real processes: the scripted fake model
 (``claw fake-llm serve``), the pod's tool service, the pod's proxy (``claw up -d``) and the supervisor
-(``claw runs serve``, local bubblewrap backend, SQLite ledger). It launches a run that reads ticket 42 through the
+(``claw runs serve``, local bubblewrap backend, SQLite ledger). With ``--backend compose`` the same pod runs on
+Docker Compose instead (:func:`make_compose_pod`): ``claw images build`` first, then the proxy and the tool
+service in containers and each run its own Compose project; the fake model stays on the host, reached as
+``host.docker.internal``. It launches a run that reads ticket 42 through the
 proxy-managed tool and prints its answer, launches a second run and cancels it mid-flight, shows both statuses,
 then shuts everything down (``claw down``) whatever happens. The model is clawstack's scripted fake, not a
 language model, and the output says so.
@@ -14,6 +17,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import click
+import yaml
 
 from clawstack.common.clock import SystemClock
 from clawstack.common.errors import ClawError
@@ -41,6 +46,39 @@ TASK: Final = (
     "help. Next step: take it out of service and call the vendor."
 )
 SLOW_TASK: Final = "Summarize every ticket ever filed.\n@fake reply: (never sent)\n@fake delay-ms: 60000"
+
+
+TOOL_PORT: Final = 8091
+
+
+def make_compose_pod(pod: Path, *, worker_image: str, tool_image: str, name: str | None = None) -> None:
+    """Turn a copy of ``examples/pod`` into its compose form: ``x-claw.backend: compose``, the worker on
+    ``worker_image`` (an image of runner type ``oneshot``), and the ticket API in a container of ``tool_image``
+    (one with ``python3`` and aiohttp, such as ``clawstack/proxy``) running the pod's ``ticket_api.py``, which the
+    proxy reaches on the pod's network. The model upstream stays ``${CLAW_FAKE_LLM_URL}``. ``name`` renames the pod
+    (``x-claw.pod``), which names its Compose projects and labels its containers: pods sharing one engine need
+    different names."""
+    pod_file = pod / "claw-pod.yml"
+    document = yaml.safe_load(pod_file.read_text())
+    document["x-claw"]["backend"] = "compose"
+    if name is not None:
+        document["x-claw"]["pod"] = name
+    services = document["services"]
+    services["worker"]["image"] = worker_image
+    tool = services["ticket-api"]
+    tool.update(
+        {
+            "image": tool_image,
+            "entrypoint": ["python3", "/app/ticket_api.py", "--host", "0.0.0.0", "--port", str(TOOL_PORT)],  # noqa: S104
+            "volumes": ["./ticket_api.py:/app/ticket_api.py:ro"],
+            "user": "65534:65534",
+            "read_only": True,
+            "cap_drop": ["ALL"],
+            "environment": {"TICKET_API_TOKEN": "${TICKET_API_TOKEN:-example-ticket-token-change-me}"},
+        }
+    )
+    tool["x-claw"]["endpoint"] = f"http://ticket-api:{TOOL_PORT}"
+    pod_file.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 class DemoError(Exception):
@@ -102,6 +140,11 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _sockets(directory: str, names: list[str]) -> list[str]:
+    """The Unix sockets among ``names``: a kept copy of the scratch pod leaves them out (they cannot be copied)."""
+    return [name for name in names if stat.S_ISSOCK(os.lstat(os.path.join(directory, name)).st_mode)]
+
+
 def _show(title: str, status: dict[str, Any]) -> None:
     click.echo(f"\n{title}")
     for name in ("state", "cancelled", "failure", "exit_code", "revoked", "revocation_proof", "isolation"):
@@ -110,24 +153,31 @@ def _show(title: str, status: dict[str, Any]) -> None:
 
 @click.command()
 @click.option("--keep", is_flag=True, help="Leave the scratch pod in place (its path is printed).")
-def demo(keep: bool) -> None:
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "compose"]),
+    default="local",
+    show_default=True,
+    help="Where workers run: bubblewrap sandboxes, or one Docker Compose project per run (needs Docker).",
+)
+def demo(keep: bool, backend: str) -> None:
     """Run the main job end to end: a pod, its proxy and the supervisor, one run answered and one cancelled.
 
     Everything runs on this machine against clawstack's scripted fake model (claw fake-llm), not a language model.
     """
     with scratch() as base:
         try:
-            _run(base)
+            _run(base, backend)
         except (DemoError, ClawError) as exc:
             raise click.ClickException(f"{exc}") from exc
         finally:
             if keep:
                 kept = Path(tempfile.mkdtemp(prefix="claw-demo-kept-", dir="/tmp"))
-                shutil.copytree(base, kept, dirs_exist_ok=True)
+                shutil.copytree(base, kept, dirs_exist_ok=True, ignore=_sockets)
                 click.echo(f"\nthe scratch pod is kept in {kept}")
 
 
-def _run(base: Path) -> None:
+def _run(base: Path, backend: str) -> None:
     pod = base / "pod"
     shutil.copytree(EXAMPLE, pod)
     logs = base / "logs"
@@ -135,20 +185,34 @@ def _run(base: Path) -> None:
     processes = Processes(logs)
     python = sys.executable
     try:
+        if backend == "compose":
+            from clawstack.pod.imagebuild import PROXY_IMAGE, WORKER_IMAGE
+
+            click.echo("Building clawstack's images locally (claw images build; nothing is pulled) ...")
+            click.echo("  " + claw("images", "build").strip().replace("\n", "\n  "))
+            make_compose_pod(pod, worker_image=WORKER_IMAGE, tool_image=PROXY_IMAGE)
         click.echo("Starting clawstack's scripted fake model (claw fake-llm serve) ...")
+        host = "0.0.0.0" if backend == "compose" else "127.0.0.1"  # noqa: S104 - the proxy's container calls it
         fake_url = processes.start(
-            "fake-llm", [python, "-m", "clawstack", "fake-llm", "serve", "--port", "0"], "fake-llm listening on "
+            "fake-llm",
+            [python, "-m", "clawstack", "fake-llm", "serve", "--host", host, "--port", "0"],
+            "fake-llm listening on ",
         )
-        tools_port = _free_port()
-        processes.start(
-            "ticket-api", [python, str(pod / "ticket_api.py"), "--port", str(tools_port)], "======== Running on"
-        )
-        env = {**os.environ, "CLAW_FAKE_LLM_URL": fake_url, "TICKET_API_URL": f"http://127.0.0.1:{tools_port}"}
+        env = {**os.environ, "CLAW_FAKE_LLM_URL": fake_url}
+        if backend == "compose":
+            env["CLAW_FAKE_LLM_URL"] = fake_url.replace(host, "host.docker.internal", 1)
+        else:
+            tools_port = _free_port()
+            processes.start(
+                "ticket-api", [python, str(pod / "ticket_api.py"), "--port", str(tools_port)], "======== Running on"
+            )
+            env["TICKET_API_URL"] = f"http://127.0.0.1:{tools_port}"
         click.echo("Compiling the example pod and starting its proxy (claw up -d) ...")
         click.echo("  " + claw("up", "--pod", str(pod), "-d", env=env).strip().replace("\n", "\n  "))
         socket_dir = base / "sock"
         socket_dir.mkdir(mode=0o700)
-        click.echo("Starting the supervisor (claw runs serve, local bubblewrap sandboxes) ...")
+        where = "one Docker Compose project per run" if backend == "compose" else "local bubblewrap sandboxes"
+        click.echo(f"Starting the supervisor (claw runs serve, {where}) ...")
         processes.start(
             "runs",
             [python, "-m", "clawstack", "runs", "serve", "--pod", str(pod), "--socket-dir", str(socket_dir)],
@@ -188,4 +252,4 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-__all__ = ["FAKE_MODEL_STATEMENT", "demo"]
+__all__ = ["FAKE_MODEL_STATEMENT", "demo", "make_compose_pod"]

@@ -9,7 +9,7 @@ import click
 
 from clawstack.cli._serving import configure_logging
 from clawstack.cli.proxy import run_proxy
-from clawstack.pod.artifacts import PodPaths, read_pod_manifest
+from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.errors import PodError
 from clawstack.pod.up import compile_only, down, up
 from clawstack.proxy.config import load_config
@@ -26,10 +26,13 @@ def _cancel_runs(paths: PodPaths) -> list[str]:
     """Cancel every unfinished run before the pod stops (claw down)."""
     if count_unfinished(paths.runs) == 0:
         return []
-    from clawstack.runs.backends.local import LocalBackend
+    from clawstack.runs.backends import backend_for
 
-    pod = read_pod_manifest(paths)["pod"]
-    outcome = asyncio.run(cancel_unfinished(paths, LocalBackend(paths.runs / "workers", pod=pod)))
+    backend = backend_for(paths)
+    try:
+        outcome = asyncio.run(cancel_unfinished(paths, backend))
+    finally:
+        backend.close()
     for name in outcome.revoked:
         click.echo(f"cancelled {name} (revoked)")
     if outcome.stuck:
@@ -83,7 +86,12 @@ def up_command(pod_dir: Path, detach: bool, check: bool) -> None:
         click.echo(f"warning: {warning}", err=True)
     if detach:
         state = "started" if result.changed else "unchanged, still running"
-        click.echo(f"proxy {state} (pid {result.proxy_pid})")
+        where = (
+            f"container {result.proxy_container[:12]}"
+            if result.proxy_container is not None
+            else f"pid {result.proxy_pid}"
+        )
+        click.echo(f"proxy {state} ({where})")
         return
     if result.compiled.spec.backend == "compose":
         click.echo("compose project written; run claw up -d to start it")

@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -28,6 +28,9 @@ from clawstack.runs.errors import RunsError
 from clawstack.runs.listing import MAX_LIMIT, STATES
 from clawstack.runs.server import RunsServer, parse_timeout
 from clawstack.runs.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from clawstack.runs.backends.base import Backend
 
 SOCKET_OPTION = click.option(
     "--socket-dir",
@@ -75,15 +78,14 @@ def serve(
     remove_orphans: bool,
     allow_no_isolation: bool,
 ) -> None:
-    """Run the supervisor in the foreground until SIGTERM or SIGINT."""
-    from clawstack.runs.backends.local import LocalBackend
-
+    """Run the supervisor in the foreground until SIGTERM or SIGINT. The backend is the one the pod declares
+    (x-claw.backend: local sandboxes, or one Docker Compose project per run)."""
     configure_logging("info")
     paths = PodPaths(pod_dir.resolve())
     directory = _socket_dir(pod_dir, socket_dir)
     if socket_dir is None:
         ensure_private_dir(directory)
-    backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths), allow_no_isolation=allow_no_isolation)
+    backend = _backend(paths, allow_no_isolation=allow_no_isolation)
     supervisor = Supervisor(
         paths.pod,
         backend,
@@ -103,12 +105,12 @@ def serve(
     asyncio.run(serve_until_signal(start, server.stop, name="clawstack.runs"))
 
 
-def _pod_name(paths: PodPaths) -> str:
-    """The pod's declared name (``x-claw.pod``), which labels its workers, from the compiled pod."""
-    from clawstack.pod.artifacts import read_pod_manifest
+def _backend(paths: PodPaths, *, allow_no_isolation: bool = False) -> Backend:
+    """The backend the compiled pod declares (its workers carry the pod's labels)."""
+    from clawstack.runs.backends import backend_for
 
     try:
-        return read_pod_manifest(paths)["pod"]
+        return backend_for(paths, allow_no_isolation=allow_no_isolation)
     except ClawError as exc:
         raise click.ClickException(exc.message) from exc
 
@@ -310,9 +312,6 @@ def result(installation: str, run_id: str, pod_dir: Path, socket_dir: Path | Non
 def doctor(pod_dir: Path, remove_orphans: bool) -> None:
     """Check the ledger, the templates and the workers; report plan sign-in state."""
     from clawstack.pod.artifacts import list_templates
-    from clawstack.pod.lock import PodLock
-    from clawstack.runs.backends.local import LocalBackend
-    from clawstack.runs.ledger import Ledger
 
     paths = PodPaths(pod_dir.resolve())
     problems = 0
@@ -322,6 +321,22 @@ def doctor(pod_dir: Path, remove_orphans: bool) -> None:
         + (f", INVALID: {', '.join(listing['invalid'])} (run claw up)" if listing["invalid"] else "")
     )
     problems += len(listing["invalid"])
+    backend = _backend(paths)
+    try:
+        problems += _doctor_workers(paths, backend, remove_orphans=remove_orphans)
+    finally:
+        backend.close()
+    click.echo("model families: none in use (clawstack resolves exact models only)")
+    click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes; GET /v1/subscriptions answers 501)")
+    if problems:
+        raise click.ClickException(f"{problems} problem(s) found")
+
+
+def _doctor_workers(paths: PodPaths, backend: Backend, *, remove_orphans: bool) -> int:
+    """Report the ledger's unfinished runs and the orphaned workers (removing them if asked); the problems left."""
+    from clawstack.pod.lock import PodLock
+    from clawstack.runs.ledger import Ledger
+
     if (paths.runs / "ledger.sqlite3").exists():
         ledger = Ledger(paths.runs)
         ledger.open()
@@ -331,26 +346,24 @@ def doctor(pod_dir: Path, remove_orphans: bool) -> None:
             for record in unfinished:
                 pending = f" ({record.pending})" if record.pending else ""
                 click.echo(f"  {record.installation}/{record.run_id}: {record.state}{pending}")
-            backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths))
             workers = asyncio.run(backend.list_workers())
             orphans = [w for w in workers if ledger.get(w.installation, w.run_id) is None]
         finally:
             ledger.close()
     else:
         click.echo("ledger: none yet (no run was ever launched)")
-        backend = LocalBackend(paths.runs / "workers", pod=_pod_name(paths))
         orphans = list(asyncio.run(backend.list_workers()))
     click.echo(f"orphaned workers: {len(orphans)}")
     for orphan in orphans:
         click.echo(f"  {orphan.installation}/{orphan.run_id}")
     if orphans and remove_orphans:
-        with PodLock(paths.lock, holder="claw runs doctor"):
+        lock = PodLock(paths.lock, holder="claw runs doctor")
+        lock.acquire(inheritable=True)  # a compose down it runs keeps writer authority until it exits
+        try:
             for orphan in orphans:
-                asyncio.run(backend.remove(orphan))
+                asyncio.run(backend.remove(orphan, writer_lock_fd=lock.fd))
                 click.echo(f"  removed {orphan.installation}/{orphan.run_id}")
-    elif orphans:
-        problems += len(orphans)
-    click.echo("model families: none in use (clawstack resolves exact models only)")
-    click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes; GET /v1/subscriptions answers 501)")
-    if problems:
-        raise click.ClickException(f"{problems} problem(s) found")
+        finally:
+            lock.release()
+        return 0
+    return len(orphans)

@@ -27,9 +27,11 @@ Every failure leaves as :class:`~clawstack.pod.errors.BackendError` with one of 
 
 from __future__ import annotations
 
+import compileall
 import hashlib
 import importlib.resources
 import os
+import py_compile
 import shutil
 import subprocess
 import tempfile
@@ -282,12 +284,29 @@ def _base_context(context: Path, progress: Progress) -> tuple[str, RootfsLayout]
     return _digest([("Dockerfile", dockerfile_digest), ("rootfs.tar", rootfs_digest)]), layout
 
 
+def _compile_site(site: Path) -> None:
+    """Byte-code for the site, compiled here because the images have no shell and run with a read-only root:
+    without it every worker would compile clawstack and its dependencies again at each start (about half a
+    second). Checked against its source's hash, not its mtime (the copies carry a fixed mtime), and shown with
+    its path in the image. It is left out of the context digest: only the sources decide a rebuild."""
+    compiled = compileall.compile_dir(
+        site,
+        ddir=SITE_DIR,
+        quiet=2,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        workers=1,
+    )
+    if not compiled:
+        raise BackendError("the site directory did not compile to byte code", code="image_build_failed")
+
+
 def _app_context(context: Path, base: RootfsLayout, progress: Progress) -> str:
     """The proxy's and worker's shared context; returns the digest of what they share (site and libraries)."""
     distributions = runtime_closure()
     progress(f"assembling the site directory: clawstack and {len(distributions) - 1} runtime dependencies")
     context.mkdir(mode=0o700)
     files = populate_site(context / "site", distributions)
+    _compile_site(context / "site")
     sources = {Path(str(d.locate_file(""))).resolve() for d in distributions}
     extensions = [context / "site" / path for path in files if ".so" in path.suffixes]
     extra = RootfsLayout()

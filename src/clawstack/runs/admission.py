@@ -33,17 +33,17 @@ SPEC_FIELDS: Final = {
 HOME_ID: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
-def check_supported(template: dict[str, Any]) -> None:
-    """Refuse, before anything is written, a template whose runs this version cannot run as compiled: a
-    task-home template (task homes are not built yet) or one compiled for the compose backend (not built yet;
-    the supervisor runs local sandboxes only). Never run such a template as something else."""
+def check_supported(template: dict[str, Any], backend: str) -> None:
+    """Refuse, before anything is written, a template whose runs this supervisor cannot run as compiled: a
+    task-home template (task homes are not built yet), or one compiled for another backend than the one this
+    supervisor runs (``backend``). Never run such a template as something else."""
     if template.get("profile") == "task_home":
         raise RunsError("template_unsupported", "task-home runs are not supported by this version of the supervisor")
-    if template.get("backend") != "local":
+    if template.get("backend") != backend:
         raise RunsError(
             "template_unsupported",
-            f"this supervisor runs local sandboxes only; the template was compiled for the {template.get('backend')}"
-            " backend",
+            f"this supervisor runs the {backend} backend; the template was compiled for the "
+            f"{template.get('backend')} backend (claw up, then restart claw runs serve)",
         )
 
 

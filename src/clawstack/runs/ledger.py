@@ -64,7 +64,7 @@ class RunRecord:
     pending: str | None = None
     capture_epoch: int | None = None
     capture_epoch_observed_at: str | None = None
-    isolation: str | None = None
+    isolation: dict[str, Any] | str | None = None  # an IsolationReport; older ledgers hold a bare mechanism name
     spawned: bool = False  # a worker was asked to start (so start is owed before end)
     failure_detail: str | None = None  # why a permanent refusal ended the run (an error code, never a message)
     authority_ended: bool = False  # a callback was answered 401/403: nothing more is sent with the credential

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from clawstack.common.clock import format_timestamp, parse_timestamp
 from clawstack.common.errors import ClawError
-from clawstack.pod.compile import installed_runner_digest
 from clawstack.pod.errors import PodError
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.identities import ChainEntry
@@ -41,10 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WATCH_INTERVAL_S: Final = 0.05
 RETRY_INITIAL_S: Final = 0.5
 RETRY_MAX_S: Final = 30.0
-WORKER_SOCKET: Final = "/run/claw/proxy.sock"
 
 
 def identity_id(record: RunRecord) -> str:
@@ -149,11 +146,13 @@ class RunDriver:
             observed: str | None = format_timestamp(self.sup.clock.now()) if epoch is not None else None
         else:
             epoch, observed = record.capture_epoch, record.capture_epoch_observed_at
+        endpoint = self.sup.backend.model_endpoint
         config = WorkerConfig(
             credential=f"{ident}:{secret}",
             model=record.models[0]["slot"],
             contract=template["contract"]["text"],
-            model_unix_socket=WORKER_SOCKET,
+            model_base_url=endpoint.get("model_base_url"),
+            model_unix_socket=endpoint.get("model_unix_socket"),
             request_timeout_s=float(record.max_runtime_seconds),
         )
         if self.sup.record(self.key).cancelled:  # a cancel came while the identity was made: start nothing
@@ -170,6 +169,7 @@ class RunDriver:
                     pids=template["limits"]["pids"],
                     max_runtime_s=record.max_runtime_seconds,
                     max_output_bytes=template["limits"]["max_result_bytes"] + 4096,
+                    image_id=(template.get("runner") or {}).get("image_id"),
                     writer_lock_fd=self.sup.lock.fd,
                 )
             )
@@ -177,7 +177,8 @@ class RunDriver:
             if exc.retryable:
                 raise  # spawning is idempotent: the driver tries again
             log.error("run %s/%s: the worker could not start: %s", *self.key, exc.code)
-            self.sup.save(record, state="revoking", failure="spawn_error", failure_detail=exc.code)
+            failure = "mismatch" if exc.code == "image_mismatch" else "spawn_error"
+            self.sup.save(record, state="revoking", failure=failure, failure_detail=exc.code)
             return True
         started = self.sup.clock.now()
         self.sup.save(
@@ -185,7 +186,7 @@ class RunDriver:
             state="running",  # ignored if a cancel made the run revoking meanwhile: states only move forward
             started_at=format_timestamp(started),
             deadline=format_timestamp(started + timedelta(seconds=record.max_runtime_seconds)),
-            isolation=self.sup.backend.isolation,
+            isolation=self.sup.backend.isolation_report,
             pending=None,
         )
         return True
@@ -194,7 +195,8 @@ class RunDriver:
         """Why the run may not start under its pins (a code for ``failure_detail``), or ``None``: "A run accepted
         under one chain is refused at spawn if the template was recompiled with another"; the same holds for the
         local runner's code. ``template_recompiled``, ``template_unknown``/``template_invalid`` (no longer
-        compiled, or no longer verifying) or ``runner_changed``."""
+        compiled, or no longer verifying), or the backend's own reason (:meth:`Backend.pin_mismatch`: the local
+        runner's code changed, the compose image is gone)."""
         try:
             current = self.sup.current_template(record.template)
         except PodError as exc:
@@ -203,12 +205,7 @@ class RunDriver:
             return exc.code
         if current["id"] != record.template_id:
             return "template_recompiled"
-        runner = template.get("runner") or {}
-        if template.get("backend") == "local" and "digest" in runner:
-            installed = await asyncio.to_thread(installed_runner_digest, str(runner.get("type")))
-            if installed != runner["digest"]:
-                return "runner_changed"
-        return None
+        return await self.sup.backend.pin_mismatch(template)
 
     def _labels(self, record: RunRecord) -> RunLabels:
         return RunLabels(pod=self.sup.pod_name, installation=record.installation, run_id=record.run_id)
@@ -233,7 +230,7 @@ class RunDriver:
         if now >= parse_timestamp(record.authority_expires_at):
             self.sup.save(record, state="revoking", failure="authority_expired")
             return True
-        await self._sleep(WATCH_INTERVAL_S)
+        await self._sleep(self.sup.backend.watch_interval_s)
         return False
 
     def _record_exit(
@@ -260,11 +257,11 @@ class RunDriver:
 
     async def _revoke(self, record: RunRecord) -> bool:
         labels = self._labels(record)
-        await self.sup.backend.remove(labels)
+        await self.sup.backend.remove(labels, writer_lock_fd=self.sup.lock.fd)
         remaining = await self.sup.backend.inspect(labels)
         if remaining.running:
             self.sup.save(record, pending="the worker is still being removed")
-            await self._sleep(WATCH_INTERVAL_S)
+            await self._sleep(self.sup.backend.watch_interval_s)
             return False
         ident = record.run_agent_id or identity_id(record)
         if record.run_agent_id is None:

@@ -39,12 +39,18 @@ def run_status(record: RunRecord) -> dict[str, Any]:
         "exited_at": record.exited_at,
         "ended_at": record.ended_at,
         "pending": record.pending,
-        "isolation": record.isolation,
+        "isolation": _isolation(record.isolation),
     }
     if record.capture_epoch is not None:
         body["capture_epoch"] = record.capture_epoch
         body["capture_epoch_observed_at"] = record.capture_epoch_observed_at
     return body
+
+
+def _isolation(recorded: dict[str, Any] | str | None) -> dict[str, Any] | None:
+    if isinstance(recorded, str):  # an older ledger recorded the mechanism alone, always under the local backend
+        return {"backend": "local", "mechanism": recorded, "enforced": []}
+    return recorded
 
 
 __all__ = ["run_status"]

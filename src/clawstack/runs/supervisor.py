@@ -139,7 +139,7 @@ class Supervisor:
                     "see claw runs doctor, or start with --remove-orphans",
                 )
             for orphan in orphans:
-                await self.backend.remove(orphan)
+                await self.backend.remove(orphan, writer_lock_fd=self.lock.fd)
             unfinished = self.ledger.unfinished()
             for record in unfinished:
                 self.drive(record.key)
@@ -149,6 +149,7 @@ class Supervisor:
                         self.delivery.follow(record.key)
         except BaseException:
             # Best-effort release of what start-up took, then the original error.
+            self.backend.close()
             self.ledger.close()
             self.lock.release()
             raise
@@ -167,6 +168,7 @@ class Supervisor:
         self._drivers.clear()
         if self.delivery is not None:
             await self.delivery.close()
+        self.backend.close()
         self.ledger.close()
         self.lock.release()
 
@@ -303,7 +305,7 @@ class Supervisor:
             raise RunsError(
                 "template_unknown", f"the template {launch.spec['template'][:64]!r} is not compiled for this pod"
             ) from exc
-        check_supported(template)
+        check_supported(template, self.backend.name)
         now = self.clock.now()
         tools, runtime = check_grant(launch, template, now)
         record = RunRecord(
@@ -454,7 +456,7 @@ class Supervisor:
                 "supervisor_uid": os.geteuid(),
                 "status": "ok",
                 "capture_epoch": epoch,
-                "isolation": self.backend.isolation,
+                "isolation": self.backend.isolation_report,
             },
         )
 

@@ -1,7 +1,7 @@
 """The pinned wrapper that starts the one-shot runner inside a compose worker container.
 
-The compose backend overrides the image's entrypoint with ``python3 -c WRAPPER_SOURCE claw-wrapper TASK``: the
-wrapper takes the runner's configuration (the run's proxy credential included) out of :data:`CONFIG_ENV`, writes
+The compose backend overrides the image's entrypoint with ``python3 -c WRAPPER_SOURCE``, the task following as
+the one argument (so the wrapper sees ``sys.argv == ['-c', TASK]``). The wrapper takes the runner's configuration (the run's proxy credential included) out of :data:`CONFIG_ENV`, writes
 it to a 0600 file in the container's tmpfs ``/tmp``, and replaces itself with the runner, whose environment no
 longer carries the configuration; the runner reads and removes that file. The task is the one positional
 argument, passed on as such. A template pins the wrapper by :func:`wrapper_digest`, so a template compiled with
@@ -34,9 +34,9 @@ env = dict(os.environ)
 env[{CONFIG_FILE_ENV!r}] = {CONTAINER_CONFIG_FILE!r}
 os.execve(sys.executable, [sys.executable, "-m", "clawstack.worker.oneshot", "--", sys.argv[1]], env)
 """
-"""The wrapper, run as ``python3 -c WRAPPER_SOURCE claw-wrapper TASK``."""
+"""The wrapper, run as ``python3 -c WRAPPER_SOURCE TASK``."""
 
-WRAPPER_ENTRYPOINT: Final = ("python3", "-c", WRAPPER_SOURCE, "claw-wrapper")
+WRAPPER_ENTRYPOINT: Final = ("python3", "-c", WRAPPER_SOURCE)
 """The entrypoint a compose worker runs; the task follows as the one argument (the Compose ``command``)."""
 
 

@@ -1,10 +1,15 @@
 """A whole stack on real sockets: the scripted fake model, the example pod's tool service, the pod's proxy
-(started by ``claw up -d``), and the supervisor with the local backend, served on its Unix socket."""
+(started by ``claw up -d``), and the supervisor with the pod's backend, served on its Unix socket.
+
+``stack`` runs on the local backend unless a test module parametrises it (``indirect``) with :data:`BACKENDS`:
+then every test runs on both, the compose one with the proxy and the tool service in containers, each run its
+own Compose project, and the fake model on the host (``host.docker.internal``)."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -14,17 +19,26 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from clawstack.cli.demo import make_compose_pod
 from clawstack.common.clock import SystemClock
 from clawstack.common.digest import spec_digest
 from clawstack.common.uds import AsyncUnixClient, UnixResponse
 from clawstack.llm.fake import FakeModelServer
-from clawstack.pod.artifacts import PodPaths, read_pod_manifest
+from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.up import down, up
-from clawstack.runs.backends.local import LocalBackend
+from clawstack.runs.backends import backend_for
 from clawstack.runs.server import RunsServer
 from clawstack.runs.supervisor import Supervisor
+from tests.docker_images import requires_docker
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pod"
+BACKENDS = ["local", pytest.param("compose", marks=requires_docker.marks)]
+"""For ``pytest.mark.parametrize("stack", BACKENDS, indirect=True)``."""
+
+
+def unique_pod_name() -> str:
+    """A pod name of its own: compose pods on one engine are told apart by name (projects, labels, networks)."""
+    return f"t{uuid.uuid4().hex[:12]}"
 
 
 @dataclass
@@ -85,8 +99,7 @@ async def eventually(check: Callable[[], Any], *, timeout_s: float = 30.0, what:
 
 
 def make_server(pod: Path, socket_dir: Path, *, body_timeout_s: float = 10.0, **kwargs: Any) -> RunsServer:
-    paths = PodPaths(pod.resolve())
-    backend = LocalBackend(paths.runs / "workers", pod=read_pod_manifest(paths)["pod"])
+    backend = backend_for(PodPaths(pod.resolve()))
     return RunsServer(Supervisor(pod, backend, **kwargs), socket_dir, body_timeout_s=body_timeout_s)
 
 
@@ -104,15 +117,31 @@ async def tool_service() -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
+@pytest.fixture(scope="session")
+def clawstack_images() -> None:
+    """clawstack's proxy and worker images, built once per session (``claw images build`` is idempotent)."""
+    from clawstack.pod.imagebuild import build_images
+
+    build_images()
+
+
 @pytest.fixture
-async def stack(short_dir: Path) -> AsyncIterator[RunsStack]:
+async def stack(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[RunsStack]:
+    backend = getattr(request, "param", "local")
     pod = short_dir / "pod"
     shutil.copytree(EXAMPLE, pod)
     socket_dir = short_dir / "sock"
     socket_dir.mkdir(mode=0o700)
-    async with FakeModelServer() as fake:
+    if backend == "compose":
+        from clawstack.pod.imagebuild import PROXY_IMAGE, WORKER_IMAGE
+
+        request.getfixturevalue("clawstack_images")
+        make_compose_pod(pod, worker_image=WORKER_IMAGE, tool_image=PROXY_IMAGE, name=unique_pod_name())
+    async with FakeModelServer(host="0.0.0.0" if backend == "compose" else "127.0.0.1") as fake:
         tools, tools_url = await tool_service()
         environ = {"CLAW_FAKE_LLM_URL": fake.base_url, "TICKET_API_URL": tools_url}
+        if backend == "compose":
+            environ["CLAW_FAKE_LLM_URL"] = fake.base_url.replace("0.0.0.0", "host.docker.internal", 1)
         await asyncio.to_thread(up, pod, detach=True, environ=environ)
         server = make_server(pod, socket_dir, callback_origin=None)
         await server.start()

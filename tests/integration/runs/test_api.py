@@ -10,7 +10,7 @@ import pytest
 
 from clawstack.common.digest import spec_digest
 
-from .conftest import RunsStack
+from .conftest import BACKENDS, RunsStack
 
 
 async def launch(stack: RunsStack, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -18,6 +18,7 @@ async def launch(stack: RunsStack, body: dict[str, Any]) -> tuple[int, dict[str,
     return resp.status, resp.json()
 
 
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 async def test_a_run_goes_from_launch_to_its_answer(stack: RunsStack) -> None:
     status, first = await launch(
         stack, stack.launch_body("r1", "Summarize ticket 42\n@fake reply: Ticket 42: the printer is on fire.")
@@ -35,7 +36,16 @@ async def test_a_run_goes_from_launch_to_its_answer(stack: RunsStack) -> None:
     assert done["revoked"] is True
     assert done["revocation_proof"] == "cllama_ack"
     assert done["failure"] is None
-    assert done["isolation"] in ("bubblewrap", "none")
+    isolation = done["isolation"]
+    assert isolation["backend"] == stack.supervisor.backend.name
+    if isolation["backend"] == "compose":
+        assert isolation["mechanism"] == "container"
+        assert {"read_only_root", "cap_drop_all", "runs_network_only", "host_input_dropped"} <= set(
+            isolation["enforced"]
+        )
+    else:
+        assert isolation["mechanism"] in ("bubblewrap", "none")
+        assert ("read_only_root" in isolation["enforced"]) == (isolation["mechanism"] == "bubblewrap")
     result = await stack.call("GET", "/v1/runs/acme/r1/result")
     assert result.status == 200
     assert result.body.decode() == "Ticket 42: the printer is on fire."
@@ -198,6 +208,7 @@ async def test_long_poll_times_out_with_the_current_status(stack: RunsStack) -> 
     assert bad_wait.status == 400
 
 
+@pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 async def test_concurrent_identical_launches_make_one_run(stack: RunsStack) -> None:
     body = stack.launch_body("same", "@fake reply: once")
     answers = await asyncio.gather(*(launch(stack, body) for _ in range(10)))

@@ -12,14 +12,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from clawstack.common.uds import AsyncUnixClient, SocketUnavailableError, UnixResponse
 from clawstack.pod.artifacts import PodPaths, existing_operator_token
 from clawstack.proxy.client import ProxyOperatorClient
 
-from .conftest import RunsStack, make_server
+from .conftest import BACKENDS, RunsStack, make_server
 
 RUNS = 8
 KILLS = 6
+
+pytestmark = pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 
 
 def serve(pod: Path, socket_dir: Path) -> subprocess.Popen[str]:

@@ -11,6 +11,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from clawstack.common.clock import SystemClock
@@ -18,7 +19,9 @@ from clawstack.common.uds import AsyncUnixClient
 from clawstack.pod.artifacts import PodPaths
 from clawstack.runs.backends.base import RunLabels
 
-from .conftest import RunsStack, eventually, make_server
+from .conftest import BACKENDS, RunsStack, eventually, make_server
+
+pytestmark = pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 
 
 async def wait_state(stack: RunsStack, run_id: str, state: str) -> dict[str, Any]:

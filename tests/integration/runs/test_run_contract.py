@@ -22,7 +22,7 @@ from clawstack.common.files import write_private
 from clawstack.pod.artifacts import PodPaths, existing_operator_token
 from clawstack.proxy.client import ProxyOperatorClient
 from clawstack.proxy.errors import ProxyError
-from clawstack.runs import lifecycle
+from clawstack.runs.backends import local as local_backend
 from clawstack.runs.ledger import ORDER
 from clawstack.runs.lifecycle import identity_id
 from clawstack.runs.proxylink import ProxyLink
@@ -232,7 +232,7 @@ async def test_a_run_accepted_under_one_chain_fails_mismatch_at_spawn_after_a_re
 async def test_a_runner_whose_installed_code_changed_fails_mismatch(
     stack: RunsStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lifecycle, "installed_runner_digest", lambda runner_type: "sha256:" + "0" * 64)
+    monkeypatch.setattr(local_backend, "installed_runner_digest", lambda runner_type: "sha256:" + "0" * 64)
     await stack.call("POST", "/v1/runs", stack.launch_body("stale-code", "@fake reply: never"))
     final = await status(stack, "stale-code", "failed")
     assert (final["failure"], final["failure_detail"], final["started_at"]) == ("mismatch", "runner_changed", None)

@@ -1,9 +1,11 @@
 """Where workers run. The supervisor sees every backend through :class:`Backend` (``base``): spawn one worker
-for a run, inspect it, remove it, list them all. ``local`` is the embedded default and, today, the only backend:
-a bubblewrap sandbox per worker owned by a detached monitor. (The Docker Compose backend is not built yet.)
+for a run, inspect it, remove it, list them all. ``local`` (the embedded default) runs each worker in a
+bubblewrap sandbox owned by a detached monitor; ``compose`` runs each as its own Docker Compose project.
+:func:`backend_for` makes the one a compiled pod declares.
 """
 
-from clawstack.runs.backends.base import Backend, Isolation, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.base import Backend, Isolation, IsolationReport, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.factory import backend_for
 from clawstack.runs.backends.local import (
     IsolationUnavailableError,
     LocalBackend,
@@ -17,6 +19,7 @@ __all__ = [
     "SANDBOX_PROXY_SOCKET",
     "Backend",
     "Isolation",
+    "IsolationReport",
     "IsolationUnavailableError",
     "LocalBackend",
     "LocalBackendError",
@@ -24,4 +27,5 @@ __all__ = [
     "SpawnError",
     "WorkerSpec",
     "WorkerState",
+    "backend_for",
 ]

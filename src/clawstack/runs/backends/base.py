@@ -8,12 +8,21 @@ the supervisor can find them after a restart, and they outlive the supervisor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 Isolation = Literal["bubblewrap", "container", "none"]
+
+
+class IsolationReport(TypedDict):
+    """What a run's status says about its worker's isolation: which backend ran it, by what mechanism, and what
+    that enforced (stable names, documented in docs/runs.md)."""
+
+    backend: Literal["local", "compose"]
+    mechanism: Isolation
+    enforced: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +40,12 @@ class WorkerSpec:
     labels: RunLabels
     task: str  # the runner's one positional argument
     config: bytes  # the runner's JSON configuration (clawstack.worker.contract.WorkerConfig)
-    proxy_socket: Path  # the host path of the proxy's worker socket, bound into the sandbox
+    proxy_socket: Path  # the host path of the proxy's worker socket, bound into a local sandbox
     memory_bytes: int
     pids: int
     max_runtime_s: int
     max_output_bytes: int  # stdout beyond this is discarded and the capture marked truncated
+    image_id: str | None = None  # the template's pinned image (compose)
     writer_lock_fd: int | None = None
     """The pod lock's descriptor: the spawn holds it until the worker has started or failed, so that a killed
     supervisor's in-flight spawn keeps writer authority (``claw up`` refuses) until it is done."""
@@ -51,22 +61,48 @@ class WorkerState:
     timed_out: bool  # the backend killed it at max_runtime_s
     stdout: bytes  # the bounded capture
     stdout_truncated: bool
-    isolation: Isolation
+    isolation: Isolation = "container"
 
 
 class Backend(Protocol):
     """The supervisor's view of a backend."""
 
     @property
+    def name(self) -> Literal["local", "compose"]: ...
+
+    @property
     def isolation(self) -> Isolation: ...
+
+    @property
+    def isolation_report(self) -> IsolationReport: ...
+
+    @property
+    def model_endpoint(self) -> Mapping[str, str]:
+        """How the runner reaches the proxy: ``{"model_unix_socket": …}`` or ``{"model_base_url": …}``."""
+        ...
+
+    @property
+    def watch_interval_s(self) -> float:
+        """How often the supervisor looks at a running worker."""
+        ...
+
+    async def pin_mismatch(self, template: Mapping[str, Any]) -> str | None:
+        """Why a run of ``template`` may not start on this backend (a ``failure_detail`` code), or ``None``."""
+        ...
 
     async def spawn(self, spec: WorkerSpec) -> None: ...
 
     async def inspect(self, labels: RunLabels) -> WorkerState: ...
 
-    async def remove(self, labels: RunLabels) -> None: ...
+    async def remove(self, labels: RunLabels, *, writer_lock_fd: int | None = None) -> None:
+        """Remove the run's worker; ``writer_lock_fd`` (the pod lock) is inherited by any lifecycle subprocess."""
+        ...
 
     async def list_workers(self) -> Sequence[RunLabels]: ...
 
+    def close(self) -> None:
+        """Release what the backend holds (its Docker connection); workers keep running. Idempotent."""
+        ...
 
-__all__ = ["Backend", "Isolation", "RunLabels", "WorkerSpec", "WorkerState"]
+
+__all__ = ["Backend", "Isolation", "IsolationReport", "RunLabels", "WorkerSpec", "WorkerState"]

@@ -47,15 +47,16 @@ import site
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import clawstack
 from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir, fsync_dir
+from clawstack.pod.compile import installed_runner_digest
 from clawstack.runs.backends import monitor as _monitor
-from clawstack.runs.backends.base import Isolation, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.base import Isolation, IsolationReport, RunLabels, WorkerSpec, WorkerState
 from clawstack.runs.backends.monitor import (
     EXIT_RECORD,
     HOST_CONFIG_FILE,
@@ -87,6 +88,7 @@ SANDBOX_UID: Final = 65534
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_STDERR_LIMIT_BYTES: Final = 64 * 1024
 SPAWN_TIMEOUT_S: Final = 30.0
+WATCH_INTERVAL_S: Final = 0.05
 REMOVE_TIMEOUT_S: Final = 10.0
 
 # Run by path, not with -m, so that the monitor does not import the supervisor's package (clawstack.runs).
@@ -115,14 +117,15 @@ class SpawnError(LocalBackendError):
     code = "spawn_failed"
 
 
-def _check_labels(labels: RunLabels) -> None:
+def check_labels(labels: RunLabels) -> None:
     if _INSTALLATION.fullmatch(labels.installation) is None:
         raise LocalBackendError("installation must match [a-z0-9][a-z0-9-]{0,63}", code="labels_invalid")
     if _RUN_ID.fullmatch(labels.run_id) is None:
         raise LocalBackendError("run_id must match [A-Za-z0-9_-]{1,128}", code="labels_invalid")
 
 
-def _check_spec(spec: WorkerSpec) -> None:
+def check_limits(spec: WorkerSpec) -> None:
+    """The limits and the task of ``spec`` are usable (``spec_invalid`` otherwise)."""
     for name in ("memory_bytes", "pids", "max_runtime_s"):
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -233,12 +236,55 @@ class LocalBackend:
         return "bubblewrap" if self._bwrap is not None else "none"
 
     @property
+    def name(self) -> Literal["local"]:
+        return "local"
+
+    @property
+    def isolation_report(self) -> IsolationReport:
+        """What a worker started now is held to: with bubblewrap, its own namespaces (no network but the proxy's
+        socket), a read-only view of the system, a private tmpfs ``/tmp``, memory and pids limits, and uid 65534
+        when the supervisor runs as root; without it, only the limits."""
+        if self._bwrap is None:
+            return {"backend": "local", "mechanism": "none", "enforced": ["memory_limit", "pids_limit"]}
+        enforced = [
+            "namespaces",
+            "read_only_root",
+            "tmpfs_tmp",
+            "memory_limit",
+            "pids_limit",
+            "proxy_socket_only",
+        ]
+        if os.geteuid() == 0:
+            enforced.append("uid_65534")
+        return {"backend": "local", "mechanism": "bubblewrap", "enforced": enforced}
+
+    @property
+    def model_endpoint(self) -> Mapping[str, str]:
+        return {"model_unix_socket": SANDBOX_PROXY_SOCKET}
+
+    @property
+    def watch_interval_s(self) -> float:
+        return WATCH_INTERVAL_S
+
+    async def pin_mismatch(self, template: Mapping[str, Any]) -> str | None:
+        """``backend_changed`` for a template compiled for another backend; ``runner_changed`` when the built-in
+        runner's code is not what the template pinned at ``claw up``."""
+        if template.get("backend") != "local":
+            return "backend_changed"
+        runner = template.get("runner") or {}
+        if "digest" in runner:
+            installed = await asyncio.to_thread(installed_runner_digest, str(runner.get("type")))
+            if installed != runner["digest"]:
+                return "runner_changed"
+        return None
+
+    @property
     def state_dir(self) -> Path:
         return self._state_dir
 
     def run_dir(self, labels: RunLabels) -> Path:
         """The run's state directory (``labels_invalid`` for labels that could not name one)."""
-        _check_labels(labels)
+        check_labels(labels)
         return self._state_dir / labels.installation / labels.run_id
 
     async def spawn(self, spec: WorkerSpec) -> None:
@@ -250,14 +296,18 @@ class LocalBackend:
         """What exists for the run now, from its state directory alone."""
         return await asyncio.to_thread(self._inspect, labels)
 
-    async def remove(self, labels: RunLabels) -> None:
+    async def remove(self, labels: RunLabels, *, writer_lock_fd: int | None = None) -> None:
         """Kill the run's whole worker, wait until nothing of it is alive, then delete its state directory
-        (output included). A run without a worker is fine."""
+        (output included). A run without a worker is fine. It runs no subprocess, so ``writer_lock_fd`` is not
+        needed."""
         await asyncio.to_thread(self._remove, labels)
 
     async def list_workers(self) -> Sequence[RunLabels]:
         """Every run whose state directory holds a live or exited worker."""
         return await asyncio.to_thread(self._list_workers)
+
+    def close(self) -> None:
+        """Nothing to release: every call works on the state directory alone."""
 
     # -- spawn ------------------------------------------------------------------------------------------------
 
@@ -266,7 +316,7 @@ class LocalBackend:
             raise IsolationUnavailableError(
                 "bubblewrap (bwrap) was not found; install it, or accept workers without isolation explicitly"
             )
-        _check_spec(spec)
+        check_limits(spec)
         if self._pod is not None and spec.labels.pod != self._pod:
             raise LocalBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
         run_dir = self.run_dir(spec.labels)
@@ -582,4 +632,6 @@ __all__ = [
     "LocalBackend",
     "LocalBackendError",
     "SpawnError",
+    "check_labels",
+    "check_limits",
 ]

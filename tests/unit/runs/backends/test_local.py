@@ -111,6 +111,7 @@ BACKENDS_API = [
     "SANDBOX_PROXY_SOCKET",
     "Backend",
     "Isolation",
+    "IsolationReport",
     "IsolationUnavailableError",
     "LocalBackend",
     "LocalBackendError",
@@ -118,6 +119,7 @@ BACKENDS_API = [
     "SpawnError",
     "WorkerSpec",
     "WorkerState",
+    "backend_for",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,9 +12,13 @@ import pytest
 
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.localproxy import LocalProxy
+from clawstack.runs.backends import backend_for
 from clawstack.runs.ledger import Ledger
+from tests.docker_images import docker_client
 
-from .conftest import RunsStack
+from .conftest import BACKENDS, RunsStack
+
+pytestmark = pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 
 
 def claw(stack: RunsStack, *command: str) -> subprocess.CompletedProcess[str]:
@@ -33,6 +38,23 @@ def record(stack: RunsStack, run_id: str) -> object:
         return ledger.get("acme", run_id)
     finally:
         ledger.close()
+
+
+def kill_proxy(stack: RunsStack) -> None:
+    if stack.supervisor.backend.name == "local":
+        proxy = LocalProxy(PodPaths(stack.pod.resolve())).running()
+        assert proxy is not None
+        os.kill(proxy.pid, signal.SIGKILL)
+        return
+    client = docker_client()
+    try:
+        wanted = [f"claw.pod={stack.supervisor.pod_name}", "claw.role=proxy"]
+        (container,) = client.containers.list(filters={"label": wanted})
+        container.kill()
+        container.reload()
+        assert container.status != "running"
+    finally:
+        client.close()
 
 
 async def test_down_cancels_and_revokes_unfinished_runs(stack: RunsStack) -> None:
@@ -59,9 +81,7 @@ async def test_down_ends_runs_proxy_stopped_when_the_proxy_cannot_acknowledge(st
     await stack.server.stop()
     secrets = PodPaths(stack.pod.resolve()).runs / "secrets" / "acme"
     assert sorted(p.name for p in secrets.iterdir()) == ["orphaned.credential", "orphaned.identity"]
-    proxy = LocalProxy(PodPaths(stack.pod.resolve())).running()
-    assert proxy is not None
-    os.kill(proxy.pid, signal.SIGKILL)  # the proxy can no longer acknowledge anything
+    kill_proxy(stack)  # the proxy can no longer acknowledge anything
     done = claw(stack, "down")
     assert done.returncode == 0, done.stderr
     assert "cancelled acme/orphaned (revocation_proof: proxy_stopped)" in done.stdout
@@ -81,10 +101,16 @@ async def test_orphans_block_serving_and_doctor_removes_them(stack: RunsStack) -
 
     await stack.server.stop()
     paths = PodPaths(stack.pod.resolve())
-    backend = stack.supervisor.backend
+    backend = backend_for(paths)  # the stopped supervisor's own backend is closed
+    endpoint = backend.model_endpoint
     config = WorkerConfig(
-        credential="x:" + "y" * 32, model="primary", contract="", model_unix_socket="/run/claw/proxy.sock"
+        credential="x:" + "y" * 32,
+        model="primary",
+        contract="",
+        model_unix_socket=endpoint.get("model_unix_socket"),
+        model_base_url=endpoint.get("model_base_url"),
     )
+    template = json.loads((paths.templates / "worker.json").read_text())
     await backend.spawn(
         WorkerSpec(
             labels=RunLabels(pod=stack.supervisor.pod_name, installation="acme", run_id="stray"),
@@ -95,8 +121,10 @@ async def test_orphans_block_serving_and_doctor_removes_them(stack: RunsStack) -
             pids=64,
             max_runtime_s=120,
             max_output_bytes=4096,
+            image_id=template["runner"].get("image_id"),
         )
     )
+    backend.close()
     refused = make_server(stack.pod, stack.socket_dir)
     with pytest.raises(StartupError) as info:
         await refused.start()

@@ -147,8 +147,11 @@ def _sockets(directory: str, names: list[str]) -> list[str]:
 
 def _show(title: str, status: dict[str, Any]) -> None:
     click.echo(f"\n{title}")
-    for name in ("state", "cancelled", "failure", "exit_code", "revoked", "revocation_proof", "isolation"):
+    for name in ("state", "cancelled", "failure", "exit_code", "revoked", "revocation_proof"):
         click.echo(f"  {name:<17} {status.get(name)}")
+    isolation = status.get("isolation") or {}
+    enforced = ", ".join(isolation.get("enforced") or ())
+    click.echo(f"  {'isolation':<17} {isolation.get('backend')}/{isolation.get('mechanism')}: {enforced}")
 
 
 @click.command()

@@ -7,7 +7,7 @@
      ├── body_too_large 413 · body_timeout 408
      ├── digest_invalid 400 · digest_mismatch 409 · template_changed 409 · cancelled 409 · stale_generation 409
      ├── grant_exceeded 422 · template_unknown 422 · callbacks_disabled 422
-     ├── template_unsupported 422 a task-home or compose template, whose runs are not built yet (issues 16, 14)
+     ├── template_unsupported 422 a task-home template (not built yet, issue 16), or one for another backend
      ├── not_found 404 · result_unavailable 409 · method_not_allowed 405
      ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority (retry the call)
      ├── subscriptions_unsupported 501 · internal_error 500

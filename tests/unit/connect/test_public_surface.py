@@ -68,8 +68,9 @@ RULES = [
             r"|\b(?:corp|intranet)\.[a-z0-9-]+\.[a-z]{2,}\b",
             re.IGNORECASE,
         ),
-        # A one-label placeholder in an error message's "as in https://…"; it names no organisation.
-        frozenset({"orchestrator.internal"}),
+        # A one-label placeholder in an error message's "as in https://…"; it names no organisation. Docker's
+        # own name for the host seen from a container (extra_hosts host-gateway), which the compose backend uses.
+        frozenset({"orchestrator.internal", "host.docker.internal"}),
     ),
     Rule(
         "developer path",

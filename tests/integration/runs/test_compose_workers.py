@@ -5,6 +5,7 @@ allocate past the memory limit, flood stdout)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import socket
@@ -110,7 +111,7 @@ sys.stdout.write("\n\U0001f99e" + json.dumps(report) + "\n")
 """
 
 
-def _build_escape_image(tag: str) -> None:
+def _build_escape_image(tag: str, *, label: str = "escape") -> None:
     """A worker image whose ``clawstack.worker.oneshot`` is the escape script: what an untrusted image can do."""
     with tempfile.TemporaryDirectory() as context:
         root = Path(context)
@@ -121,8 +122,13 @@ def _build_escape_image(tag: str) -> None:
         (package / "oneshot.py").write_text(ESCAPE)
         (root / "Dockerfile").write_text(
             f"FROM {WORKER_IMAGE}\nCOPY hostile /hostile\nENV PYTHONPATH=/hostile\nLABEL claw.type=oneshot\n"
+            f"LABEL claw.test={label}\n"
         )
         subprocess.run(["docker", "build", "-q", "-t", tag, context], check=True, capture_output=True, timeout=120)
+
+
+def _remove_image(tag: str) -> None:
+    subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True, check=False, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +141,7 @@ def escape_image() -> Iterator[str]:
     try:
         yield tag
     finally:
-        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True, check=False)
+        await asyncio.to_thread(_remove_image, tag)
 
 
 class HostListener:
@@ -171,13 +177,14 @@ def _host_addresses(client: docker.DockerClient, network: str) -> list[str]:
     return sorted({*gateways, *docker0, main})
 
 
-@pytest.fixture
-async def hostile(escape_image: str, short_dir: Path) -> AsyncIterator[RunsStack]:
+@contextlib.asynccontextmanager
+async def compose_stack(image: str, short_dir: Path) -> AsyncIterator[RunsStack]:
+    """A compose pod whose worker template runs ``image``, its proxy up and its supervisor serving."""
     from clawstack.llm.fake import FakeModelServer
 
     pod = short_dir / "pod"
     shutil.copytree(EXAMPLE, pod)
-    make_compose_pod(pod, worker_image=escape_image, tool_image=PROXY_IMAGE, name=unique_pod_name())
+    make_compose_pod(pod, worker_image=image, tool_image=PROXY_IMAGE, name=unique_pod_name())
     socket_dir = short_dir / "sock"
     socket_dir.mkdir(mode=0o700)
     async with FakeModelServer(host="0.0.0.0") as fake:
@@ -193,6 +200,12 @@ async def hostile(escape_image: str, short_dir: Path) -> AsyncIterator[RunsStack
             await client.close()
             await state.server.stop()
             await asyncio.to_thread(down, pod)
+
+
+@pytest.fixture
+async def hostile(escape_image: str, short_dir: Path) -> AsyncIterator[RunsStack]:
+    async with compose_stack(escape_image, short_dir) as stack:
+        yield stack
 
 
 def _launch(stack: RunsStack, run_id: str, task: str) -> dict[str, Any]:
@@ -309,3 +322,20 @@ async def test_the_container_is_hardened_and_its_project_holds_no_secret(hostile
         assert not run_dir.exists()
     finally:
         client.close()
+
+
+async def test_a_run_whose_pinned_image_is_gone_fails_mismatch(escape_image: str, short_dir: Path) -> None:
+    tag = f"clawstack-test/gone-{uuid.uuid4().hex[:10]}:latest"
+    await asyncio.to_thread(_build_escape_image, tag, label=tag)  # an image of its own, shared with no other tag
+    try:
+        async with compose_stack(tag, short_dir) as stack:
+            await asyncio.to_thread(_remove_image, tag)
+            body = _launch(stack, "gone", json.dumps({"hosts": [], "port": 9, "forks": 0}))
+            assert (await stack.call("POST", "/v1/runs", body)).status == 202
+            done = (await stack.call("GET", "/v1/runs/acme/gone?wait=stopped&timeout=60s")).json()
+            assert done["state"] == "failed", done
+            assert done["failure"] == "mismatch"
+            assert done["failure_detail"] == "image_missing"
+            assert done["revoked"] is True
+    finally:
+        await asyncio.to_thread(_remove_image, tag)

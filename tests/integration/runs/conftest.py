@@ -8,6 +8,7 @@ own Compose project, and the fake model on the host (``host.docker.internal``)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -125,9 +126,10 @@ def clawstack_images() -> None:
     build_images()
 
 
-@pytest.fixture
-async def stack(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[RunsStack]:
-    backend = getattr(request, "param", "local")
+@contextlib.asynccontextmanager
+async def running_stack(short_dir: Path, backend: str, *, worker_image: str | None = None) -> AsyncIterator[RunsStack]:
+    """The example pod on ``backend``, its proxy up and its supervisor serving; under compose its worker template
+    runs ``worker_image`` (default: clawstack/worker) and the pod gets a name of its own."""
     pod = short_dir / "pod"
     shutil.copytree(EXAMPLE, pod)
     socket_dir = short_dir / "sock"
@@ -135,8 +137,8 @@ async def stack(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterato
     if backend == "compose":
         from clawstack.pod.imagebuild import PROXY_IMAGE, WORKER_IMAGE
 
-        request.getfixturevalue("clawstack_images")
-        make_compose_pod(pod, worker_image=WORKER_IMAGE, tool_image=PROXY_IMAGE, name=unique_pod_name())
+        image = worker_image or WORKER_IMAGE
+        make_compose_pod(pod, worker_image=image, tool_image=PROXY_IMAGE, name=unique_pod_name())
     async with FakeModelServer(host="0.0.0.0" if backend == "compose" else "127.0.0.1") as fake:
         tools, tools_url = await tool_service()
         environ = {"CLAW_FAKE_LLM_URL": fake.base_url, "TICKET_API_URL": tools_url}
@@ -154,3 +156,12 @@ async def stack(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterato
             await state.server.stop()
             await asyncio.to_thread(down, pod)
             await tools.cleanup()
+
+
+@pytest.fixture
+async def stack(request: pytest.FixtureRequest, short_dir: Path) -> AsyncIterator[RunsStack]:
+    backend = getattr(request, "param", "local")
+    if backend == "compose":
+        request.getfixturevalue("clawstack_images")
+    async with running_stack(short_dir, backend) as state:
+        yield state

@@ -5,9 +5,7 @@ allocate past the memory limit, flood stdout)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -19,18 +17,15 @@ from typing import Any
 import docker
 import pytest
 
-from clawstack.cli.demo import make_compose_pod
 from clawstack.common.digest import spec_digest
-from clawstack.common.uds import AsyncUnixClient
 from clawstack.pod.artifacts import PodPaths
-from clawstack.pod.imagebuild import PROXY_IMAGE, WORKER_IMAGE
+from clawstack.pod.imagebuild import WORKER_IMAGE
 from clawstack.pod.netguard import runs_network
-from clawstack.pod.up import down, up
 from clawstack.runs.backends.base import RunLabels
 from clawstack.runs.backends.compose import ComposeBackend, project_name
 from tests.docker_images import docker_client, requires_docker
 
-from .conftest import EXAMPLE, RunsStack, eventually, make_server, unique_pod_name
+from .conftest import RunsStack, eventually, running_stack
 
 pytestmark = requires_docker.marks
 
@@ -141,7 +136,7 @@ def escape_image() -> Iterator[str]:
     try:
         yield tag
     finally:
-        await asyncio.to_thread(_remove_image, tag)
+        _remove_image(tag)
 
 
 class HostListener:
@@ -177,34 +172,9 @@ def _host_addresses(client: docker.DockerClient, network: str) -> list[str]:
     return sorted({*gateways, *docker0, main})
 
 
-@contextlib.asynccontextmanager
-async def compose_stack(image: str, short_dir: Path) -> AsyncIterator[RunsStack]:
-    """A compose pod whose worker template runs ``image``, its proxy up and its supervisor serving."""
-    from clawstack.llm.fake import FakeModelServer
-
-    pod = short_dir / "pod"
-    shutil.copytree(EXAMPLE, pod)
-    make_compose_pod(pod, worker_image=image, tool_image=PROXY_IMAGE, name=unique_pod_name())
-    socket_dir = short_dir / "sock"
-    socket_dir.mkdir(mode=0o700)
-    async with FakeModelServer(host="0.0.0.0") as fake:
-        environ = {"CLAW_FAKE_LLM_URL": fake.base_url.replace("0.0.0.0", "host.docker.internal", 1)}
-        await asyncio.to_thread(up, pod, detach=True, environ=environ)
-        server = make_server(pod, socket_dir)
-        await server.start()
-        client = AsyncUnixClient(socket_dir / "runs.sock")
-        state = RunsStack(pod, fake, server, client, socket_dir, environ)
-        try:
-            yield state
-        finally:
-            await client.close()
-            await state.server.stop()
-            await asyncio.to_thread(down, pod)
-
-
 @pytest.fixture
 async def hostile(escape_image: str, short_dir: Path) -> AsyncIterator[RunsStack]:
-    async with compose_stack(escape_image, short_dir) as stack:
+    async with running_stack(short_dir, "compose", worker_image=escape_image) as stack:
         yield stack
 
 
@@ -328,7 +298,7 @@ async def test_a_run_whose_pinned_image_is_gone_fails_mismatch(escape_image: str
     tag = f"clawstack-test/gone-{uuid.uuid4().hex[:10]}:latest"
     await asyncio.to_thread(_build_escape_image, tag, label=tag)  # an image of its own, shared with no other tag
     try:
-        async with compose_stack(tag, short_dir) as stack:
+        async with running_stack(short_dir, "compose", worker_image=tag) as stack:
             await asyncio.to_thread(_remove_image, tag)
             body = _launch(stack, "gone", json.dumps({"hosts": [], "port": 9, "forks": 0}))
             assert (await stack.call("POST", "/v1/runs", body)).status == 202

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import hashlib
 import os
 import shutil
 import threading
@@ -51,27 +50,30 @@ from typing import Any, Final, Literal
 
 import docker
 import docker.errors
-import yaml
 
-from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir, fsync_dir, write_private
 from clawstack.runs.backends.base import Isolation, IsolationReport, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.compose_project import (
+    CONFIG_VARIABLE,
+    LABEL_INSTALLATION,
+    LABEL_OUTPUT,
+    LABEL_POD,
+    LABEL_ROLE,
+    LABEL_RUN,
+    TASK_VARIABLE,
+    ComposeBackendError,
+    SpawnError,
+    project_name,
+    render_project,
+)
 from clawstack.runs.backends.local import check_labels, check_limits
-from clawstack.worker.container import WRAPPER_ENTRYPOINT, wrapper_digest
+from clawstack.worker.container import wrapper_digest
 
-WORKER_UID: Final = 65534
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
 UP_TIMEOUT_S: Final = 120.0
 DOWN_TIMEOUT_S: Final = 60.0
 WATCH_INTERVAL_S: Final = 0.1
 """Each look at a running worker is two Docker API reads, so this is longer than the local backend's."""
-TASK_VARIABLE: Final = "CLAW_RUN_TASK"
-CONFIG_VARIABLE: Final = "CLAW_RUN_CONFIG"
-LABEL_POD: Final = "claw.pod"
-LABEL_INSTALLATION: Final = "claw.installation"
-LABEL_RUN: Final = "claw.run_id"
-LABEL_ROLE: Final = "claw.role"
-LABEL_OUTPUT: Final = "claw.max-output-bytes"
 ENFORCED: Final = (
     "container",
     "read_only_root",
@@ -90,78 +92,10 @@ ENFORCED: Final = (
 _PROJECT_FILE: Final = "project.yml"  # not a name Compose picks up by itself from its working directory
 _CONFIG_SECRET: Final = "config.secret"  # noqa: S105 - a file name
 _LOCK_FILE: Final = "lock"
-_LOG_FACTOR: Final = 8  # json-file counts encoded bytes: an escaped control character is six
 _SDK_TIMEOUT_S: Final = 30
 
 ClientFactory = Callable[[], "docker.DockerClient"]
 Guard = Callable[[], None]
-
-
-class ComposeBackendError(ClawError):
-    """Root of the compose backend's errors."""
-
-    code = "backend_error"
-
-
-class SpawnError(ComposeBackendError):
-    """The worker could not be started."""
-
-    code = "spawn_failed"
-
-
-def project_name(labels: RunLabels) -> str:
-    """The run's Compose project: lowercase and bounded, whatever the run id's case and length."""
-    digest = hashlib.sha256(f"{labels.pod}\0{labels.installation}\0{labels.run_id}".encode()).hexdigest()
-    return f"clawrun-{digest[:24]}"
-
-
-def _escape(text: str) -> str:
-    """A literal for a Compose file: ``$`` would start an interpolation."""
-    return text.replace("$", "$$")
-
-
-def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
-    """The run's Compose project; it holds no task text and no credential, only their placeholders."""
-    if spec.image_id is None:
-        raise ComposeBackendError("the template pins no image", code="spec_invalid")
-    log_file_bytes = max(64 * 1024, spec.max_output_bytes * _LOG_FACTOR)
-    labels = spec.labels
-    service: dict[str, Any] = {
-        "image": spec.image_id,
-        "pull_policy": "never",
-        "entrypoint": [_escape(part) for part in WRAPPER_ENTRYPOINT],
-        "command": [f"${{{TASK_VARIABLE}:?}}"],
-        "environment": {"CLAW_WORKER_CONFIG": f"${{{CONFIG_VARIABLE}:?}}"},
-        "init": True,
-        "user": f"{WORKER_UID}:{WORKER_UID}",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
-        "mem_limit": spec.memory_bytes,
-        "memswap_limit": spec.memory_bytes,
-        "pids_limit": spec.pids,
-        "tmpfs": [f"/tmp:size={tmp_bytes},mode=1777"],  # noqa: S108 - the container's own tmpfs
-        "working_dir": "/tmp",  # noqa: S108
-        "ipc": "none",  # a private IPC namespace without /dev/shm, which would be a second writable path
-        "networks": ["runs"],
-        "restart": "no",
-        "stop_grace_period": "1s",
-        "labels": {
-            LABEL_POD: labels.pod,
-            LABEL_INSTALLATION: labels.installation,
-            LABEL_RUN: labels.run_id,
-            LABEL_ROLE: "worker",
-            LABEL_OUTPUT: str(spec.max_output_bytes),
-        },
-        "logging": {"driver": "json-file", "options": {"max-size": str(log_file_bytes), "max-file": "2"}},
-    }
-    document = {
-        "name": project_name(labels),
-        "services": {"worker": service},
-        "networks": {"runs": {"name": network, "external": True}},
-    }
-    header = "# Rendered by claw runs serve for one run. The task and the configuration are placeholders.\n"
-    return (header + yaml.safe_dump(document, sort_keys=True, default_flow_style=False, width=1 << 20)).encode()
 
 
 def _default_client() -> docker.DockerClient:

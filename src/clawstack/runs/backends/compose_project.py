@@ -1,0 +1,108 @@
+"""A compose run's project file: what :class:`~clawstack.runs.backends.compose.ComposeBackend` hands to
+``docker compose up`` for one run (see that module for the rules it follows)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+import yaml
+
+from clawstack.common.errors import ClawError
+from clawstack.runs.backends.base import RunLabels, WorkerSpec
+from clawstack.worker.container import WRAPPER_ENTRYPOINT
+
+WORKER_UID: Final = 65534
+TASK_VARIABLE: Final = "CLAW_RUN_TASK"
+CONFIG_VARIABLE: Final = "CLAW_RUN_CONFIG"
+LABEL_POD: Final = "claw.pod"
+LABEL_INSTALLATION: Final = "claw.installation"
+LABEL_RUN: Final = "claw.run_id"
+LABEL_ROLE: Final = "claw.role"
+LABEL_OUTPUT: Final = "claw.max-output-bytes"
+
+
+class ComposeBackendError(ClawError):
+    """Root of the compose backend's errors."""
+
+    code = "backend_error"
+
+
+class SpawnError(ComposeBackendError):
+    """The worker could not be started."""
+
+    code = "spawn_failed"
+
+
+_LOG_FACTOR: Final = 8  # json-file counts encoded bytes: an escaped control character is six
+
+
+def project_name(labels: RunLabels) -> str:
+    """The run's Compose project: lowercase and bounded, whatever the run id's case and length."""
+    digest = hashlib.sha256(f"{labels.pod}\0{labels.installation}\0{labels.run_id}".encode()).hexdigest()
+    return f"clawrun-{digest[:24]}"
+
+
+def _escape(text: str) -> str:
+    """A literal for a Compose file: ``$`` would start an interpolation."""
+    return text.replace("$", "$$")
+
+
+def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
+    """The run's Compose project; it holds no task text and no credential, only their placeholders."""
+    if spec.image_id is None:
+        raise ComposeBackendError("the template pins no image", code="spec_invalid")
+    log_file_bytes = max(64 * 1024, spec.max_output_bytes * _LOG_FACTOR)
+    labels = spec.labels
+    service: dict[str, Any] = {
+        "image": spec.image_id,
+        "pull_policy": "never",
+        "entrypoint": [_escape(part) for part in WRAPPER_ENTRYPOINT],
+        "command": [f"${{{TASK_VARIABLE}:?}}"],
+        "environment": {"CLAW_WORKER_CONFIG": f"${{{CONFIG_VARIABLE}:?}}"},
+        "init": True,
+        "user": f"{WORKER_UID}:{WORKER_UID}",
+        "read_only": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "mem_limit": spec.memory_bytes,
+        "memswap_limit": spec.memory_bytes,
+        "pids_limit": spec.pids,
+        "tmpfs": [f"/tmp:size={tmp_bytes},mode=1777"],  # noqa: S108 - the container's own tmpfs
+        "working_dir": "/tmp",  # noqa: S108
+        "ipc": "none",  # a private IPC namespace without /dev/shm, which would be a second writable path
+        "networks": ["runs"],
+        "restart": "no",
+        "stop_grace_period": "1s",
+        "labels": {
+            LABEL_POD: labels.pod,
+            LABEL_INSTALLATION: labels.installation,
+            LABEL_RUN: labels.run_id,
+            LABEL_ROLE: "worker",
+            LABEL_OUTPUT: str(spec.max_output_bytes),
+        },
+        "logging": {"driver": "json-file", "options": {"max-size": str(log_file_bytes), "max-file": "2"}},
+    }
+    document = {
+        "name": project_name(labels),
+        "services": {"worker": service},
+        "networks": {"runs": {"name": network, "external": True}},
+    }
+    header = "# Rendered by claw runs serve for one run. The task and the configuration are placeholders.\n"
+    return (header + yaml.safe_dump(document, sort_keys=True, default_flow_style=False, width=1 << 20)).encode()
+
+
+__all__ = [
+    "CONFIG_VARIABLE",
+    "LABEL_INSTALLATION",
+    "LABEL_OUTPUT",
+    "LABEL_POD",
+    "LABEL_ROLE",
+    "LABEL_RUN",
+    "TASK_VARIABLE",
+    "WORKER_UID",
+    "ComposeBackendError",
+    "SpawnError",
+    "project_name",
+    "render_project",
+]

@@ -144,16 +144,19 @@ async def running_stack(short_dir: Path, backend: str, *, worker_image: str | No
         environ = {"CLAW_FAKE_LLM_URL": fake.base_url, "TICKET_API_URL": tools_url}
         if backend == "compose":
             environ["CLAW_FAKE_LLM_URL"] = fake.base_url.replace("0.0.0.0", "host.docker.internal", 1)
-        await asyncio.to_thread(up, pod, detach=True, environ=environ)
-        server = make_server(pod, socket_dir, callback_origin=None)
-        await server.start()
-        client = AsyncUnixClient(socket_dir / "runs.sock")
-        state = RunsStack(pod, fake, server, client, socket_dir, environ)
         try:
-            yield state
+            await asyncio.to_thread(up, pod, detach=True, environ=environ)
+            server = make_server(pod, socket_dir, callback_origin=None)
+            await server.start()
+            client = AsyncUnixClient(socket_dir / "runs.sock")
+            state = RunsStack(pod, fake, server, client, socket_dir, environ)
+            try:
+                yield state
+            finally:
+                await client.close()
+                await state.server.stop()
         finally:
-            await client.close()
-            await state.server.stop()
+            # Whatever failed above, the pod comes down (under compose: its containers, network and host guard).
             await asyncio.to_thread(down, pod)
             await tools.cleanup()
 

@@ -2,12 +2,14 @@
 
 :func:`base_rootfs` lays out the interpreter of ``sys.base_prefix`` at :data:`IMAGE_PREFIX` (Python finds its
 prefix by landmark, so it runs from there), without what a server does not need (the stdlib test suites,
-tkinter, idlelib, turtledemo, ensurepip, the build configuration, ``__pycache__``, the prefix's site-packages),
+tkinter, idlelib, turtledemo, ensurepip, the build configuration, the prefix's site-packages), with the host's
+byte code of each stdlib module where it is current (so that a worker on a read-only root does not compile the
+stdlib at every start; each such source keeps its host mtime, which its byte code is checked against),
 plus the shared-library closure ``ldd`` names for the interpreter and every ``lib-dynload`` module at their host
 paths (symlinked directories such as ``/lib -> usr/lib`` kept as symlinks), the dynamic loader, the CA bundle, a
 minimal ``/etc/passwd``, ``/etc/group`` and ``/etc/nsswitch.conf``, and an empty ``/tmp`` (mode 1777).
 :meth:`RootfsLayout.write_tar` writes it deterministically (sorted entries, fixed mtime, uid/gid 0, no user
-names, normalised modes), so the same host gives the same tarball digest.
+names, normalised modes, a fixed mtime but for those sources), so the same host gives the same tarball digest.
 
 An extension module whose libraries ``ldd`` cannot find is left as it is: it cannot be imported on the host
 either. A missing interpreter, stdlib or ``ldd``, or an interpreter whose own libraries are missing, raises
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import os
 import posixpath
@@ -127,6 +130,7 @@ class _Entry:
     source: Path | None = None
     data: bytes | None = None
     target: str | None = None
+    mtime: int = 0
 
 
 class RootfsLayout:
@@ -151,10 +155,13 @@ class RootfsLayout:
         elif existing.kind != "dir":
             raise _failed(f"{path} is both a directory and a {existing.kind} in the root filesystem")
 
-    def add_file(self, path: str, source: Path) -> None:
-        """A copy of the host file ``source`` (executable when the host file is)."""
-        executable = bool(source.stat().st_mode & 0o111)
-        self._put(path, _Entry("file", 0o755 if executable else 0o644, source=source))
+    def add_file(self, path: str, source: Path, *, keep_mtime: bool = False) -> None:
+        """A copy of the host file ``source`` (executable when the host file is); with ``keep_mtime``, with its
+        host mtime (whole seconds) instead of the fixed one."""
+        status = source.stat()
+        mode = 0o755 if status.st_mode & 0o111 else 0o644
+        mtime = int(status.st_mtime) if keep_mtime else TAR_MTIME
+        self._put(path, _Entry("file", mode, source=source, mtime=mtime))
 
     def add_data(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """A file with the contents ``data``."""
@@ -204,7 +211,7 @@ class RootfsLayout:
                     continue
                 entry = self._entries[path]
                 info = tarfile.TarInfo(path.lstrip("/"))
-                info.mtime, info.uid, info.gid, info.uname, info.gname = TAR_MTIME, 0, 0, "", ""
+                info.mtime, info.uid, info.gid, info.uname, info.gname = entry.mtime, 0, 0, "", ""
                 info.mode = entry.mode
                 if entry.kind == "dir":
                     info.type = tarfile.DIRTYPE
@@ -221,6 +228,25 @@ class RootfsLayout:
                         info.size = os.fstat(stream.fileno()).st_size
                         archive.addfile(info, stream)
         return file_digest(destination)
+
+
+def _current_byte_code(source: Path) -> Path | None:
+    """The host's byte code of ``source`` (this interpreter's, not optimised) if it is current: the magic number
+    of this interpreter, checked by timestamp, and the mtime and size it records are the source's."""
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    try:
+        with cached.open("rb") as stream:
+            header = stream.read(16)
+        status = source.stat()
+    except (OSError, NotImplementedError):
+        return None
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER or int.from_bytes(header[4:8], "little") != 0:
+        return None
+    recorded_mtime = int.from_bytes(header[8:12], "little")
+    recorded_size = int.from_bytes(header[12:16], "little")
+    if recorded_mtime != int(status.st_mtime) & 0xFFFFFFFF or recorded_size != status.st_size & 0xFFFFFFFF:
+        return None
+    return cached
 
 
 def _image_path(path: str) -> str:
@@ -328,4 +354,7 @@ def _add_stdlib(layout: RootfsLayout, interpreter: HostInterpreter) -> None:
             if path.is_symlink():
                 layout.add_symlink(interpreter.image_path(path), os.readlink(path))
             elif stat.S_ISREG(path.stat().st_mode):
-                layout.add_file(interpreter.image_path(path), path)
+                byte_code = _current_byte_code(path) if name.endswith(".py") else None
+                layout.add_file(interpreter.image_path(path), path, keep_mtime=byte_code is not None)
+                if byte_code is not None:
+                    layout.add_file(interpreter.image_path(byte_code), byte_code)

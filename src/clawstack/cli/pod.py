@@ -22,7 +22,7 @@ def _unfinished(paths: PodPaths) -> int:
     return count_unfinished(paths.runs)
 
 
-def _cancel_runs(paths: PodPaths) -> list[str]:
+def _cancel_runs(paths: PodPaths, writer_lock_fd: int | None) -> list[str]:
     """Cancel every unfinished run before the pod stops (claw down)."""
     if count_unfinished(paths.runs) == 0:
         return []
@@ -30,7 +30,7 @@ def _cancel_runs(paths: PodPaths) -> list[str]:
 
     backend = backend_for(paths)
     try:
-        outcome = asyncio.run(cancel_unfinished(paths, backend))
+        outcome = asyncio.run(cancel_unfinished(paths, backend, writer_lock_fd=writer_lock_fd))
     finally:
         backend.close()
     for name in outcome.revoked:

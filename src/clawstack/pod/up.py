@@ -235,7 +235,8 @@ def _up_compose(
         lock.release()
 
 
-CancelRuns = Callable[[PodPaths], list[str]]
+CancelRuns = Callable[[PodPaths, int | None], list[str]]
+"""``(paths, writer_lock_fd)``: the pod lock's descriptor, for the lifecycle subprocesses it runs."""
 ProxyStopped = Callable[[PodPaths, list[str]], None]
 
 
@@ -248,7 +249,8 @@ def down(
 ) -> bool:
     """Stop the pod's long-lived part; return whether something was running. Homes and revocations stay.
 
-    ``cancel_runs`` (under the pod lock, before anything stops) cancels every unfinished run and returns those
+    ``cancel_runs`` (under the pod lock, before anything stops, given the lock's descriptor for the lifecycle
+    subprocesses it runs) cancels every unfinished run and returns those
     whose revocation the proxy could not acknowledge; once the proxy is verified stopped, ``after_proxy_stopped``
     ends them with ``revocation_proof: proxy_stopped``.
     """
@@ -256,7 +258,7 @@ def down(
     lock = PodLock(paths.lock, holder="claw down")
     lock.acquire(inheritable=True)
     try:
-        awaiting = cancel_runs(paths) if cancel_runs is not None else []
+        awaiting = cancel_runs(paths, lock.fd) if cancel_runs is not None else []
         if paths.compose_file.exists():
             stopped = _down_compose(paths, lock, compose_runner)
         else:

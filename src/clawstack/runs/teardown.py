@@ -34,9 +34,15 @@ class Teardown:
 
 
 async def cancel_unfinished(
-    paths: PodPaths, backend: Backend, *, proxy: ProxyLink | None = None, clock: Clock | None = None
+    paths: PodPaths,
+    backend: Backend,
+    *,
+    proxy: ProxyLink | None = None,
+    clock: Clock | None = None,
+    writer_lock_fd: int | None = None,
 ) -> Teardown:
-    """Cancel, remove and revoke every unfinished run; see the module docstring."""
+    """Cancel, remove and revoke every unfinished run; see the module docstring. ``writer_lock_fd`` (the pod
+    lock, which the caller holds) is inherited by the backend's lifecycle subprocesses."""
     link = proxy or ProxyLink(paths)
     now = clock or SystemClock()
     pod = read_pod_manifest(paths)["pod"]
@@ -52,7 +58,7 @@ async def cancel_unfinished(
             ledger.update(record)
             labels = RunLabels(pod=pod, installation=record.installation, run_id=record.run_id)
             try:
-                await backend.remove(labels)
+                await backend.remove(labels, writer_lock_fd=writer_lock_fd)
                 if (await backend.inspect(labels)).running:
                     raise ClawError("the worker is still running", code="worker_stuck")
             except ClawError:

@@ -18,7 +18,7 @@ from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.errors import LockError
 from clawstack.pod.lock import PodLock
 
-from .conftest import RunsStack, eventually
+from .conftest import BACKENDS, RunsStack, eventually
 
 # A supervisor whose sandbox starts only when the test opens a gate: the spawn stays in flight as long as needed.
 SERVE = """
@@ -108,4 +108,84 @@ async def test_a_killed_supervisors_in_flight_spawn_keeps_writer_authority(stack
     final = (await stack.call("GET", "/v1/runs/acme/inflight?wait=stopped&timeout=60s")).json()
     assert final["state"] == "stopped", final
     assert (await stack.call("GET", "/v1/runs/acme/inflight/result")).body == b"after the kill"
+    shutil.rmtree(gate_dir, ignore_errors=True)
+
+
+# The same supervisor on the compose backend, whose `docker compose up` waits for the test's gate.
+SERVE_COMPOSE = """
+import asyncio, sys
+from pathlib import Path
+from clawstack.pod.artifacts import PodPaths, read_pod_manifest
+from clawstack.pod.compose import PROXY_WORKER_URL
+from clawstack.pod.netguard import ensure_guard, runs_network
+from clawstack.runs.backends.compose import ComposeBackend
+from clawstack.runs.server import RunsServer
+from clawstack.runs.supervisor import Supervisor
+
+async def main() -> None:
+    pod, sock, compose = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    paths = PodPaths(pod.resolve())
+    name = read_pod_manifest(paths)["pod"]
+    network = runs_network(name)
+    backend = ComposeBackend(
+        paths.runs / "workers", pod=name, network=network.name, proxy_url=PROXY_WORKER_URL,
+        guard=lambda: ensure_guard(network), compose=(compose,),
+    )
+    server = RunsServer(Supervisor(pod, backend), sock)
+    await server.start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("stack", [BACKENDS[1]], indirect=True)
+async def test_a_killed_supervisors_in_flight_compose_up_keeps_writer_authority(stack: RunsStack) -> None:
+    paths = PodPaths(stack.pod.resolve())
+    await stack.server.stop()
+    gate_dir = Path(tempfile.mkdtemp(prefix="cs-gate-", dir="/var/tmp"))
+    gate, waiting = gate_dir / "open", gate_dir / "waiting"
+    wrapper = gate_dir / "compose"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" up "*) touch {waiting}; while [ ! -e {gate} ]; do sleep 0.05; done;; esac\n'
+        'exec docker compose "$@"\n'
+    )
+    os.chmod(wrapper, 0o755)
+    serving = subprocess.Popen(  # noqa: ASYNC220 (started once; its output is read in a thread)
+        [sys.executable, "-c", SERVE_COMPOSE, str(stack.pod), str(stack.socket_dir), str(wrapper)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serving.stdout is not None
+        assert await asyncio.to_thread(serving.stdout.readline) == "ready\n"
+        launched = await stack.call("POST", "/v1/runs", stack.launch_body("inflight", "@fake reply: after the kill"))
+        assert launched.status == 202
+        await eventually(waiting.exists, what="docker compose up in flight")
+        serving.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(serving.wait, 10)
+        # The supervisor is gone, but its docker compose up is still in flight: it holds the pod lock.
+        assert not lock_is_free(paths.lock)
+        refused = await asyncio.to_thread(claw_up, stack.pod, stack.environ)
+        assert refused.returncode != 0
+        assert "locked" in refused.stderr, refused.stderr
+        gate.touch()  # compose up goes on, starts the worker, exits, and lets the lock go
+        await eventually(lambda: lock_is_free(paths.lock), what="the release of the pod lock")
+    finally:
+        gate.touch()
+        if serving.poll() is None:
+            serving.kill()
+            serving.wait(10)
+        if serving.stdout is not None:
+            serving.stdout.close()
+    # A new supervisor adopts the container the killed one's compose up started: one worker, one model call.
+    await stack.restart()
+    final = (await stack.call("GET", "/v1/runs/acme/inflight?wait=stopped&timeout=60s")).json()
+    assert final["state"] == "stopped", final
+    assert (await stack.call("GET", "/v1/runs/acme/inflight/result")).body == b"after the kill"
+    chat = [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]
+    assert len(chat) == 1
     shutil.rmtree(gate_dir, ignore_errors=True)

@@ -23,7 +23,7 @@ from clawstack.pod.imagebuild import WORKER_IMAGE
 from clawstack.pod.netguard import runs_network
 from clawstack.runs.backends.base import RunLabels
 from clawstack.runs.backends.compose import ComposeBackend, project_name
-from tests.docker_images import docker_client, requires_docker
+from tests.docker_images import LocalImages, docker_client, requires_docker
 
 from .conftest import RunsStack, eventually, running_stack
 
@@ -309,3 +309,25 @@ async def test_a_run_whose_pinned_image_is_gone_fails_mismatch(escape_image: str
             assert done["revoked"] is True
     finally:
         await asyncio.to_thread(_remove_image, tag)
+
+
+async def test_an_image_without_the_runner_fails_the_run_at_once(escape_image: str, short_dir: Path) -> None:
+    # No python3 in the image: the container's init cannot start the wrapper and exits 127; the run fails at once
+    # (it is not retried until its authority ends) and its container is removed.
+    with LocalImages() as images:
+        tag, _ = await asyncio.to_thread(
+            images.build, "nopython", env={"CLAW_TYPE": "oneshot"}, files={"/README": b"no interpreter here"}
+        )
+        async with running_stack(short_dir, "compose", worker_image=tag) as stack:
+            body = _launch(stack, "unstartable", "@fake reply: never")
+            assert (await stack.call("POST", "/v1/runs", body)).status == 202
+            done = (await stack.call("GET", "/v1/runs/acme/unstartable?wait=stopped&timeout=60s")).json()
+            assert done["state"] == "failed", done
+            assert done["failure"] == "exit_nonzero"
+            assert done["exit_code"] == 127
+            assert done["revoked"] is True
+            client = docker_client()
+            try:
+                assert client.containers.list(all=True, filters={"label": ["claw.run_id=unstartable"]}) == []
+            finally:
+                client.close()

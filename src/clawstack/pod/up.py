@@ -38,10 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
-
-import docker
-import docker.errors
+from typing import Final
 
 from clawstack.common.files import write_private
 from clawstack.common.ids import new_secret
@@ -55,15 +52,15 @@ from clawstack.pod.artifacts import (
 )
 from clawstack.pod.compile import CompiledPod, ImageInspector, compile_pod
 from clawstack.pod.compose import (
-    CONFIG_LABEL,
     PROXY_IMAGE,
     PROXY_SERVICE,
     built_templates,
     render_build_project,
     render_compose,
 )
+from clawstack.pod.docker_state import leftover, network_exists, running_proxy
 from clawstack.pod.errors import BackendError, PodError
-from clawstack.pod.images import docker_available, inspect_image
+from clawstack.pod.images import inspect_image
 from clawstack.pod.localproxy import LocalProxy, operator_healthy, wait_for_operator_healthy
 from clawstack.pod.lock import PodLock
 from clawstack.pod.netguard import ensure_guard, guard_present, remove_guard, runs_network
@@ -203,7 +200,7 @@ def _up_compose(
         )
         network = runs_network(spec.name)
         if detach and _read(paths.compose_file) == rendered:
-            running = _running_proxy(spec.name, config_digest)
+            running = running_proxy(spec.name, config_digest)
             if running is not None and operator_healthy(paths) and guard_present(network):
                 return UpResult(compiled=compiled, changed=False, proxy_pid=None, proxy_container=running)
         write_pod(compiled, paths, operator_token=token)
@@ -229,7 +226,7 @@ def _up_compose(
             compiled=compiled,
             changed=True,
             proxy_pid=None,
-            proxy_container=_running_proxy(spec.name, config_digest),
+            proxy_container=running_proxy(spec.name, config_digest),
         )
     finally:
         lock.release()
@@ -277,14 +274,14 @@ def down(
 
 def _down_compose(paths: PodPaths, lock: PodLock, compose_runner: ComposeRunner) -> bool:
     pod = _pod_name(paths)
-    workers = _leftover(pod, workers_only=True)
+    workers = leftover(pod, workers_only=True)
     if workers:
         raise BackendError(
             f"run workers remain after cancelling the pod's runs: {', '.join(workers)}; their runs stay unfinished "
             "for recovery (claw runs doctor lists them)",
             code="teardown_failed",
         )
-    existed = bool(_leftover(pod))
+    existed = bool(leftover(pod))
     _compose(
         compose_runner,
         lock,
@@ -293,12 +290,12 @@ def _down_compose(paths: PodPaths, lock: PodLock, compose_runner: ComposeRunner)
         action="down",
         code="teardown_failed",
     )
-    remaining = _leftover(pod)
+    remaining = leftover(pod)
     if remaining:
         raise BackendError(
             f"containers of the pod remain after docker compose down: {', '.join(remaining)}", code="teardown_failed"
         )
-    if _network_exists(runs_network(pod).name):
+    if network_exists(runs_network(pod).name):
         raise BackendError(
             f"the runs network {runs_network(pod).name} remains after docker compose down", code="teardown_failed"
         )
@@ -359,67 +356,6 @@ def _compose(
         raise BackendError(
             f"docker compose {action} failed after {time.monotonic() - started:.1f} s: {tail}", code=code
         )
-
-
-# ------------------------------------------------------------------------------- Docker SDK: reads only
-
-
-def _docker(code: str) -> docker.DockerClient:
-    reason = docker_available()
-    if reason is not None:
-        raise BackendError(reason, code=code)
-    try:
-        return docker.from_env(timeout=30)
-    except docker.errors.DockerException as exc:
-        raise BackendError(f"cannot reach the Docker engine: {exc}", code=code) from exc
-
-
-def _read_docker(code: str, read: Callable[[docker.DockerClient], Any]) -> Any:
-    client = _docker(code)
-    try:
-        return read(client)
-    except (docker.errors.DockerException, OSError) as exc:
-        raise BackendError(f"the Docker engine could not be read: {' '.join(str(exc).split())}", code=code) from exc
-    finally:
-        client.close()
-
-
-def _running_proxy(pod: str, config_digest: str) -> str | None:
-    """The ID of the pod's running proxy container that serves ``config_digest``, or ``None``."""
-    labels = [f"com.docker.compose.project={pod}", f"com.docker.compose.service={PROXY_SERVICE}"]
-
-    def read(client: docker.DockerClient) -> str | None:
-        for container in client.containers.list(filters={"label": labels, "status": "running"}):
-            if container.labels.get(CONFIG_LABEL) == config_digest:
-                return str(container.id)
-        return None
-
-    result: str | None = _read_docker("docker_unavailable", read)
-    return result
-
-
-def _leftover(pod: str, *, workers_only: bool = False) -> list[str]:
-    """Names of the pod's containers (its project's, its proxy's, its run workers'), or only its run workers."""
-    filters = [[f"claw.pod={pod}", "claw.role=worker"]]
-    if not workers_only:
-        filters += [[f"com.docker.compose.project={pod}"], [f"claw.pod={pod}", "claw.role=proxy"]]
-
-    def read(client: docker.DockerClient) -> list[str]:
-        names: set[str] = set()
-        for labels in filters:
-            names |= {str(c.name) for c in client.containers.list(all=True, filters={"label": labels})}
-        return sorted(names)
-
-    result: list[str] = _read_docker("teardown_failed", read)
-    return result
-
-
-def _network_exists(name: str) -> bool:
-    def read(client: docker.DockerClient) -> bool:
-        return any(network.name == name for network in client.networks.list(names=[name]))
-
-    result: bool = _read_docker("teardown_failed", read)
-    return result
 
 
 def _read(path: Path) -> bytes | None:

@@ -42,6 +42,7 @@ __all__ = [
     "ChildStore",
     "Completion",
     "Execution",
+    "PluginOwner",
     "cut_result",
 ]
 
@@ -66,13 +67,19 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS children_parent ON children (parent_key, created_at_ms)",
     "CREATE INDEX IF NOT EXISTS children_execution ON children (execution)",
     "CREATE UNIQUE INDEX IF NOT EXISTS children_child_key ON children (child_key)",
+    # Version 2: the plugin that accepted a child through its native facade, captured by the host with the child.
+    """CREATE TABLE IF NOT EXISTS plugin_children (
+        run_id TEXT PRIMARY KEY REFERENCES children (run_id), plugin_id TEXT NOT NULL, request_id TEXT,
+        request_digest TEXT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS plugin_children_request ON plugin_children (plugin_id, request_id)",
 )
 _COLUMNS: Final = (
     "run_id, child_key, agent_id, parent_key, parent_session_id, parent_run_id, depth, label, task_name, context, "
     "blind, cleanup, model, created_at_ms, execution, completion, result, result_truncated, error, usage, "
     "ended_at_ms, archived_at_ms"
 )
-SCHEMA_VERSION: Final = 1
+_QUALIFIED: Final = ", ".join(f"c.{name.strip()}" for name in _COLUMNS.split(","))
+SCHEMA_VERSION: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +177,16 @@ def _record(row: Sequence[Any]) -> ChildRecord:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PluginOwner:
+    """The plugin that accepted a child through its native facade: its id, the spawn's ``request_id`` (replay
+    key within the parent turn) and a digest of the spawn's arguments (a replay with other arguments is refused)."""
+
+    plugin_id: str
+    request_id: str | None
+    request_digest: str
+
+
 class ChildStore:
     """The native-child records in one SQLite file, with this object as its only writer."""
 
@@ -198,10 +215,54 @@ class ChildStore:
         except DatabaseError as exc:
             raise SessionStoreError(str(exc)) from exc
 
-    def add(self, record: ChildRecord) -> None:
-        """Record a new child (``queued``)."""
+    def add(self, record: ChildRecord, *, plugin: PluginOwner | None = None) -> None:
+        """Record a new child (``queued``), and with ``plugin`` the plugin that accepted it, in one transaction."""
         with self._connection(write=True) as db:
             db.execute(f"INSERT INTO children ({_COLUMNS}) VALUES ({','.join('?' * 22)})", _row(record))
+            if plugin is not None:
+                db.execute(
+                    "INSERT INTO plugin_children (run_id, plugin_id, request_id, request_digest) VALUES (?, ?, ?, ?)",
+                    (record.run_id, plugin.plugin_id, plugin.request_id, plugin.request_digest),
+                )
+
+    def plugin_request(self, plugin_id: str, parent_run_id: str, request_id: str) -> tuple[ChildRecord, str] | None:
+        """The child ``plugin_id`` accepted under ``request_id`` in the parent turn ``parent_run_id``, with the
+        digest of its spawn's arguments; ``None`` if there is none."""
+        with self._connection(write=False) as db:
+            row = db.execute(
+                f"SELECT {_QUALIFIED}, p.request_digest FROM children c JOIN plugin_children p USING (run_id) "
+                "WHERE p.plugin_id=? AND p.request_id=? AND c.parent_run_id=?",
+                (plugin_id, request_id, parent_run_id),
+            ).fetchone()
+        return None if row is None else (_record(row[:-1]), str(row[-1]))
+
+    def plugin_owner(self, run_id: str) -> PluginOwner | None:
+        """The plugin that accepted ``run_id`` through its native facade, or ``None`` (any other child)."""
+        with self._connection(write=False) as db:
+            row = db.execute(
+                "SELECT plugin_id, request_id, request_digest FROM plugin_children WHERE run_id=?", (run_id,)
+            ).fetchone()
+        return None if row is None else PluginOwner(str(row[0]), row[1], str(row[2]))
+
+    def plugin_children(
+        self, plugin_id: str, parent_key: str, parent_session_id: str, *, status: str | None = None, limit: int
+    ) -> list[tuple[ChildRecord, str | None]]:
+        """The children ``plugin_id`` accepted for that parent incarnation, newest first (run id descending breaks
+        ties), at most ``limit``, each with its ``request_id``. ``status`` (applied before the bound) is a
+        completion (``done`` …) or, for a child without one, an execution state (``queued`` …)."""
+        where, values = "", []
+        if status in COMPLETION_STATES:
+            where, values = " AND c.completion=?", [status]
+        elif status is not None:
+            where, values = " AND c.completion IS NULL AND c.execution=?", [status]
+        with self._connection(write=False) as db:
+            rows = db.execute(
+                f"SELECT {_QUALIFIED}, p.request_id FROM children c JOIN plugin_children p USING (run_id) "
+                f"WHERE p.plugin_id=? AND c.parent_key=? AND c.parent_session_id=?{where} "
+                "ORDER BY c.created_at_ms DESC, c.run_id DESC LIMIT ?",
+                (plugin_id, parent_key, parent_session_id, *values, limit),
+            ).fetchall()
+        return [(_record(row[:-1]), row[-1]) for row in rows]
 
     def mark_running(self, run_id: str) -> None:
         """The child's run left the queue."""

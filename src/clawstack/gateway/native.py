@@ -32,23 +32,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_uuid
 from clawstack.gateway.config import GatewayConfig
-from clawstack.gateway.custody import NATIVE_OWNER, ChildRecord, ChildStore, Completion
+from clawstack.gateway.custody import NATIVE_OWNER, ChildRecord, ChildStore, Completion, PluginOwner
 from clawstack.gateway.dispatch import REASONING_EFFORT_BY_THINKING, THINKING_LEVELS, RunRequest, TurnOptions
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id
-from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.sessions import NewMessage, Run, SessionStore, content_text
+
+if TYPE_CHECKING:
+    from clawstack.gateway.runner import GatewayRuns
 
 __all__ = [
     "MAX_WAIT_IDS",
@@ -176,9 +179,12 @@ class NativeChildren:
         record = await asyncio.to_thread(self._children.by_child_key, session_key)
         return record is not None and record.blind
 
-    async def spawn(self, parent: Parent, request: SpawnRequest) -> dict[str, Any]:
+    async def spawn(
+        self, parent: Parent, request: SpawnRequest, *, plugin: PluginOwner | None = None
+    ) -> dict[str, Any]:
         """Spawn a child for ``parent``; the accepted receipt (OpenClaw's ``sessions_spawn`` result shape).
 
+        ``plugin`` (a plugin's native facade) is recorded as the child's owner together with its custody record.
         :class:`SpawnRefusedError` when the policy or the arguments refuse it; nothing is recorded then.
         """
         limits = self._config.agents.defaults.subagents
@@ -240,7 +246,7 @@ class NativeChildren:
             model=model,
             created_at_ms=self._now_ms(),
         )
-        await asyncio.to_thread(self._children.add, record)
+        await asyncio.to_thread(functools.partial(self._children.add, record, plugin=plugin))
         try:
             await asyncio.to_thread(
                 self._store.get_or_create,

@@ -47,6 +47,7 @@ from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins import CommandContext, PluginLoader, RegisteredCommand
 from clawstack.gateway.plugins.api import PluginLifetime
 from clawstack.gateway.plugins.complete import invocation_scope
+from clawstack.gateway.plugins.hooks import DispatchTurn
 from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
 
 __all__ = ["ActiveRun", "GatewayRuns", "Publish", "RunsClosedError"]
@@ -461,12 +462,20 @@ class GatewayRuns:
     async def _dispatch_hooks(self, run: ActiveRun, requester: Requester) -> TurnResult | None:
         """Offer the message to the plugins' dispatch hooks; a claim is recorded as the run's reply."""
         assert self.plugins is not None
-        claimed = await self.plugins.hooks.dispatch(requester, run.message)
+        claimed = await self.plugins.hooks.dispatch(
+            requester, run.message, turn=DispatchTurn(run.run_id, lambda: self._adopt_turn(run))
+        )
         if claimed is None:
             return None
         await asyncio.to_thread(self._store.mark_running, run.run_id)
         await self._append_user(run)
         return await self._record_reply(run, claimed[1])
+
+    async def _adopt_turn(self, run: ActiveRun) -> None:
+        """The recorder a dispatch hook's native spawn commits the turn's input through: the run is running and its
+        user message is in the transcript (both idempotent: a claim records them again as a no-op)."""
+        await asyncio.to_thread(self._store.mark_running, run.run_id)
+        await self._append_user(run)
 
     async def _append_user(self, run: ActiveRun) -> None:
         user = NewMessage("user", run.message, run_id=run.run_id, idempotency_key=f"{run.run_id}:user")

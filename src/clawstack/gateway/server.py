@@ -64,6 +64,7 @@ from clawstack.gateway.plugins import (
     SubagentRunner,
 )
 from clawstack.gateway.plugins.loader import process_build_info
+from clawstack.gateway.plugins.native_facade import NativeHost
 from clawstack.gateway.protocol import (
     DEFAULT_MAX_BUFFERED_BYTES,
     DEFAULT_MAX_PAYLOAD,
@@ -340,6 +341,7 @@ class GatewayServer:
             self._children = children
             self._natives = NativeChildren(self._config, store, children, runs, clock=self._clock)
             await self._natives.start()
+            hooks.native_host = NativeHost(self._natives, children, store, self._agent, self._config, authority)
             for agent in self._config.roster:
                 await asyncio.to_thread(
                     prepare_workspace,

@@ -11,6 +11,8 @@
 * :mod:`~clawstack.gateway.plugins.subagent`: ``api.runtime.subagent`` (``run``, ``wait_for_run``,
   ``get_session_messages``, ``delete_session``) and the request-bound variant dispatch hooks get.
 * :mod:`~clawstack.gateway.plugins.hooks`: the hook registry and ``before_dispatch`` / ``reply_dispatch``.
+* :mod:`~clawstack.gateway.plugins.native_facade`: ``ctx.subagent.native``, requester-bound native children of an
+  eligible ``reply_dispatch`` handler (``spawn``, ``collect``, ``list``).
 * :mod:`~clawstack.gateway.plugins.tool_hooks`: ``before_tool_call`` / ``after_tool_call`` and the functions the
   agent loop runs them with.
 * :mod:`~clawstack.gateway.plugins.hook_dispatch`: ``api.runtime.hooks.dispatch_hook_agent_turn``.
@@ -42,7 +44,8 @@ Errors (every one a :class:`~clawstack.gateway.errors.GatewayError` with a stabl
                ├── SubagentRunNotFoundError subagent_run_not_found
                ├── SubagentRequesterError   subagent_requester_unavailable
                ├── SubagentAuthorityRevokedError requester_authority_revoked
-               └── SubagentModelError       subagent_model_failed
+               ├── SubagentModelError       subagent_model_failed
+               └── NativeError              native_error (and its subclasses, native_facade)
 """
 
 from clawstack.gateway.plugins.api import (
@@ -97,6 +100,7 @@ from clawstack.gateway.plugins.loader import (
     code_identity,
     read_manifest,
 )
+from clawstack.gateway.plugins.native_facade import NativeError, NativeFacade
 from clawstack.gateway.plugins.store import (
     PLUGIN_STORE,
     PLUGIN_STORE_FILE,
@@ -160,6 +164,8 @@ __all__ = [
     "HookRegistry",
     "LoadedPlugin",
     "ModelOverrideRefusedError",
+    "NativeError",
+    "NativeFacade",
     "PluginApi",
     "PluginError",
     "PluginHooks",

@@ -10,6 +10,10 @@ offers it to every ``before_dispatch`` handler, then to every ``reply_dispatch``
 before the agent sees it. A handler returns ``None`` to pass, or the reply text to claim the message: the reply is
 recorded as the answer and the agent turn does not run. A handler that raises is logged and passed over.
 
+A ``reply_dispatch`` handler of an eligible request (an authenticated requester with current operator authority,
+on the run host's dispatch path, which hands in its user-turn recorder) also gets ``ctx.subagent.native``, the
+requester-bound native children (:mod:`clawstack.gateway.plugins.native_facade`); it is ``None`` otherwise.
+
 A handler receives a :class:`DispatchContext`: the message, the session and the requester, and ``ctx.subagent``,
 a request-bound ``api.runtime.subagent`` whose ``run(..., completion_delivery="current-requester")`` delivers the
 child's completion to the requester captured here. That delivery is offered only to ``before_dispatch`` handlers
@@ -30,10 +34,11 @@ from clawstack.gateway.plugins.api import DISPATCH_HOOK_NAMES, DispatchHookName,
 from clawstack.gateway.plugins.complete import invocation_scope
 
 if TYPE_CHECKING:
+    from clawstack.gateway.plugins.native_facade import NativeHost, RecordInput
     from clawstack.gateway.plugins.subagent import PluginSubagent, RequestSubagent
     from clawstack.gateway.plugins.tool_hooks import RegisteredToolHook
 
-__all__ = ["DispatchContext", "DispatchHandler", "HookRegistry", "RegisteredHook"]
+__all__ = ["DispatchContext", "DispatchHandler", "DispatchTurn", "HookRegistry", "RegisteredHook"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,6 +57,15 @@ class DispatchContext:
     sender_id: str | None
     operator: str | None
     subagent: RequestSubagent
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchTurn:
+    """The run host's turn a message is dispatched in: its run (the parent turn of native children) and the
+    recorder that commits the message to the requester's transcript."""
+
+    run_id: str
+    record_input: RecordInput
 
 
 DispatchHandler = Callable[[DispatchContext], Awaitable[str | None]]
@@ -75,6 +89,8 @@ class HookRegistry:
     def __init__(self) -> None:
         self._hooks: list[RegisteredHook] = []
         self._tool_hooks: list[RegisteredToolHook] = []
+        self.native_host: NativeHost | None = None
+        """Where ``reply_dispatch`` handlers' native children come from; ``None`` on a host without them."""
 
     def add(self, hook: RegisteredHook) -> None:
         """Add the dispatch hook ``hook`` after the ones already registered."""
@@ -109,13 +125,25 @@ class HookRegistry:
         """Whether any plugin registered a tool hook."""
         return bool(self._tool_hooks)
 
-    async def dispatch(self, requester: Requester, message: str) -> tuple[RegisteredHook, str] | None:
-        """Offer ``message`` to every handler in turn; the first claim wins: ``(hook, reply)``, else ``None``."""
+    async def dispatch(
+        self, requester: Requester, message: str, *, turn: DispatchTurn | None = None
+    ) -> tuple[RegisteredHook, str] | None:
+        """Offer ``message`` to every handler in turn; the first claim wins: ``(hook, reply)``, else ``None``.
+        ``turn`` (the run host's) makes ``reply_dispatch`` handlers eligible for native children."""
         for name in DISPATCH_HOOK_NAMES:
             for hook in self.handlers(name):
                 if hook.lifetime.retired:
                     continue  # retired while an earlier handler ran
                 scope = PluginLifetime(hook.plugin_id)
+                native = None
+                if name == "reply_dispatch" and turn is not None and self.native_host is not None:
+                    native = self.native_host.facade(
+                        hook.plugin_id,
+                        (scope, hook.lifetime),
+                        requester,
+                        parent_run_id=turn.run_id,
+                        record_input=turn.record_input,
+                    )
                 ctx = DispatchContext(
                     hook=name,
                     plugin_id=hook.plugin_id,
@@ -130,8 +158,10 @@ class HookRegistry:
                         requester,
                         scope,
                         completion_delivery=name == "before_dispatch" and requester.authenticated,
+                        native=native,
                     ),
                 )
+                token = native.enter() if native is not None else None
                 try:
                     # A completion the handler starts belongs to this invocation; the scope retires at its end.
                     with invocation_scope(scope):
@@ -139,6 +169,9 @@ class HookRegistry:
                 except Exception as exc:
                     _log.warning("%s hook of plugin %s raised %s", name, hook.plugin_id, type(exc).__name__)
                     continue
+                finally:
+                    if token is not None:
+                        native.exit(token)  # type: ignore[union-attr]
                 if reply is not None:
                     return hook, str(reply)
         return None

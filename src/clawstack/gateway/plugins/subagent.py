@@ -81,6 +81,7 @@ from clawstack.gateway.plugins.complete import (
     current_invocation,
     detached,
 )
+from clawstack.gateway.plugins.native_facade import NativeFacade, current_native
 from clawstack.gateway.sessions import MAX_HISTORY_LIMIT, Message, Run, SessionStore, content_text
 from clawstack.gateway.tools import ToolRegistry
 
@@ -449,9 +450,22 @@ class PluginSubagent:
         self._completer = completer
         self._runner = runner
 
-    def bound_to(self, requester: Requester, scope: PluginLifetime, *, completion_delivery: bool) -> RequestSubagent:
+    def bound_to(
+        self,
+        requester: Requester,
+        scope: PluginLifetime,
+        *,
+        completion_delivery: bool,
+        native: NativeFacade | None = None,
+    ) -> RequestSubagent:
         """The request-bound runtime a dispatch hook handler gets (``ctx.subagent``); it dies with ``scope``."""
-        return RequestSubagent(self, requester, scope, completion_delivery=completion_delivery)
+        return RequestSubagent(self, requester, scope, completion_delivery=completion_delivery, native=native)
+
+    @property
+    def native(self) -> NativeFacade | None:
+        """The requester-bound native children of the eligible ``reply_dispatch`` invocation of this plugin running
+        now, or ``None`` (see :mod:`clawstack.gateway.plugins.native_facade`)."""
+        return current_native(self._plugin_id)
 
     def _live(self) -> _Live:
         return _Live((self._lifetime,))
@@ -616,12 +630,25 @@ class RequestSubagent(PluginSubagent):
     """
 
     def __init__(
-        self, base: PluginSubagent, requester: Requester, scope: PluginLifetime, *, completion_delivery: bool
+        self,
+        base: PluginSubagent,
+        requester: Requester,
+        scope: PluginLifetime,
+        *,
+        completion_delivery: bool,
+        native: NativeFacade | None = None,
     ) -> None:
         super().__init__(base._plugin_id, base._lifetime, base._completer, base._runner)
         self._requester = requester
         self._scope = scope
         self._completion_delivery = completion_delivery
+        self._native = native
+
+    @property
+    def native(self) -> NativeFacade | None:
+        """This invocation's native children (an eligible ``reply_dispatch`` handler's), else ``None``; a kept
+        facade fails closed once the handler settled."""
+        return self._native
 
     def _live(self) -> _Live:
         return _Live((self._scope, self._lifetime))

@@ -1,0 +1,411 @@
+"""``ctx.subagent.native`` (and ``api.runtime.subagent.native``): requester-bound native children for plugins.
+
+The facade exists only inside an eligible ``reply_dispatch`` handler: an authenticated requester whose operator
+authority is current, on the gateway's reply-dispatch path, with the host's user-turn recorder. Elsewhere (a
+``before_dispatch`` handler, a service, a timer, a retained reference after the handler settled) there is none:
+``native`` is ``None``, and a kept facade raises :class:`~clawstack.gateway.plugins.api.PluginRetiredError`.
+The gateway supplies the parent (the requester's session and its current incarnation, the dispatch run as the
+parent turn, the agent's own tool surface): a plugin can choose none of it.
+
+* :meth:`NativeFacade.spawn` commits the turn's actual input first (the host's recorder: the user message is in
+  the transcript before any child exists), then spawns through the same :class:`~clawstack.gateway.native.
+  NativeChildren` as ``sessions_spawn``, always with collector completion, the plugin recorded as the child's
+  owner in the same custody transaction. A nonempty ``request_id`` replays within the plugin and the parent turn:
+  the same arguments answer the same child, other arguments are refused (``native_request_conflict``), never a
+  second child.
+* :meth:`NativeFacade.collect` reads (``timeout_seconds=0``), waits (bounded) or joins (``await_results=True``,
+  never together with a timeout) results of children this plugin accepted for this parent incarnation.
+* :meth:`NativeFacade.list` lists them: at most 200, newest first, filtered by status before the bound.
+
+Every call rechecks the plugin instance, the invocation, the requester's operator authority and the tool policy
+(spawn needs ``sessions_spawn`` and ``agents_wait`` on the requester agent's surface, collect and list need
+``agents_wait``) before it acts and after every await; nothing falls back to another actor.
+
+Not built yet, and refused by name (:class:`NativeUnsupportedError`): ``profile``, ``output_schema``, a
+``fast_mode`` other than ``"auto"``. Tool hooks do not run for facade spawns yet.
+
+Errors::
+
+    SubagentError                       (clawstack.gateway.plugins.api)
+     └── NativeError                    native_error
+          ├── NativeArgumentError       native_invalid_argument    a bad argument (nothing happened)
+          ├── NativeUnsupportedError    native_unsupported         a spawn option this gateway does not offer
+          ├── NativeToolDeniedError     native_tool_denied         the requester's tool policy denies the call
+          ├── NativeAuthorityError      native_authority_revoked   the requester's operator authority ended
+          ├── NativeRequestConflictError native_request_conflict   a request_id reused with other arguments
+          ├── NativeNotOwnerError       native_not_owner           an id this plugin and parent do not own
+          └── NativeRefusedError        native_spawn_refused       the spawn policy refused (depth, children, ...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from clawstack.common.digest import spec_digest
+from clawstack.gateway.authority import AuthorityAssertion, AuthorityError, OperatorAuthority
+from clawstack.gateway.custody import COMPLETION_STATES, ChildRecord, ChildStore, PluginOwner
+from clawstack.gateway.dispatch import Requester
+from clawstack.gateway.native import NativeChildren, Parent, SpawnRefusedError, SpawnRequest
+from clawstack.gateway.plugins.api import PluginLifetime, SubagentError
+
+if TYPE_CHECKING:
+    from clawstack.gateway.agent import AgentLoop
+    from clawstack.gateway.config import GatewayConfig
+    from clawstack.gateway.sessions import SessionStore
+
+__all__ = [
+    "BLIND_CAPABILITY",
+    "LIST_CAPABILITY",
+    "LIST_STATUSES",
+    "MAX_LIST",
+    "NativeArgumentError",
+    "NativeAuthorityError",
+    "NativeError",
+    "NativeFacade",
+    "NativeHost",
+    "NativeNotOwnerError",
+    "NativeRefusedError",
+    "NativeRequestConflictError",
+    "NativeToolDeniedError",
+    "NativeUnsupportedError",
+    "current_native",
+]
+
+BLIND_CAPABILITY: Final = "native-subagent-blind-v1"
+LIST_CAPABILITY: Final = "native-subagent-list-v1"
+MAX_LIST: Final = 200
+LIST_STATUSES: Final = ("done", "failed", "killed", "timeout", "queued", "running", "interrupted", "terminal")
+DEFAULT_COLLECT_S: Final = 30.0
+_SPAWN_TOOLS: Final = ("sessions_spawn", "agents_wait")
+
+
+class NativeError(SubagentError):
+    code = "native_error"
+
+
+class NativeArgumentError(NativeError):
+    code = "native_invalid_argument"
+
+
+class NativeUnsupportedError(NativeError):
+    code = "native_unsupported"
+
+
+class NativeToolDeniedError(NativeError):
+    code = "native_tool_denied"
+
+
+class NativeAuthorityError(NativeError):
+    code = "native_authority_revoked"
+
+
+class NativeRequestConflictError(NativeError):
+    code = "native_request_conflict"
+
+
+class NativeNotOwnerError(NativeError):
+    code = "native_not_owner"
+
+
+class NativeRefusedError(NativeError):
+    code = "native_spawn_refused"
+
+
+RecordInput = Callable[[], Awaitable[None]]
+"""The host's user-turn recorder: commits the dispatched message to the requester's transcript (idempotent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativeHost:
+    """What the facade stands on, gateway-wide: native children and their custody, sessions, tool surfaces,
+    configuration and operator authority."""
+
+    natives: NativeChildren
+    children: ChildStore
+    store: SessionStore
+    agent: AgentLoop
+    config: GatewayConfig
+    authority: OperatorAuthority | None
+
+    def facade(
+        self,
+        plugin_id: str,
+        lifetimes: tuple[PluginLifetime, ...],
+        requester: Requester,
+        *,
+        parent_run_id: str,
+        record_input: RecordInput,
+    ) -> NativeFacade | None:
+        """The facade for an eligible reply-dispatch invocation, or ``None`` when it is not eligible."""
+        if not requester.authenticated:
+            return None
+        assertion = self.authority.capture(requester) if self.authority is not None else None
+        if self.authority is not None and assertion is None:
+            return None
+        return NativeFacade(self, plugin_id, lifetimes, requester, assertion, parent_run_id, record_input)
+
+
+_CURRENT: contextvars.ContextVar[NativeFacade | None] = contextvars.ContextVar("clawstack_native", default=None)
+
+
+def current_native(plugin_id: str) -> NativeFacade | None:
+    """The facade of the eligible invocation of ``plugin_id`` running now, if any (``api.runtime.subagent.native``)."""
+    facade = _CURRENT.get()
+    return facade if facade is not None and facade.plugin_id == plugin_id else None
+
+
+def _text(name: str, value: object, *, optional: bool = False, limit: int = 256) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise NativeArgumentError(f"{name} must be a non-empty string of at most {limit} characters")
+    return value
+
+
+class NativeFacade:
+    """One eligible invocation's native runtime (see the module docstring)."""
+
+    def __init__(
+        self,
+        host: NativeHost,
+        plugin_id: str,
+        lifetimes: tuple[PluginLifetime, ...],
+        requester: Requester,
+        assertion: AuthorityAssertion | None,
+        parent_run_id: str,
+        record_input: RecordInput,
+    ) -> None:
+        self._host = host
+        self.plugin_id = plugin_id
+        self._lifetimes = lifetimes
+        self._requester = requester
+        self._assertion = assertion
+        self._parent_run_id = parent_run_id
+        self._record_input = record_input
+        self._replays: dict[str, asyncio.Lock] = {}
+
+    def enter(self) -> contextvars.Token[NativeFacade | None]:
+        """Make this the current invocation's facade (``api.runtime.subagent.native``) until :meth:`exit`."""
+        return _CURRENT.set(self)
+
+    @staticmethod
+    def exit(token: contextvars.Token[NativeFacade | None]) -> None:
+        _CURRENT.reset(token)
+
+    # -- checks -------------------------------------------------------------------------------------------------
+
+    def _check(self, tools: Sequence[str]) -> tuple[str, ...]:
+        """The invocation and plugin are live, the authority holds, ``tools`` are on the requester's surface;
+        returns that surface."""
+        for lifetime in self._lifetimes:
+            lifetime.check()
+        if self._assertion is not None and self._host.authority is not None:
+            try:
+                self._host.authority.check(self._assertion)
+            except AuthorityError as exc:
+                raise NativeAuthorityError("the requester's operator authority has ended") from exc
+        surface = tuple(self._host.agent.effective_tools(self._requester.agent_id))
+        denied = [name for name in tools if name not in surface]
+        if denied:
+            raise NativeToolDeniedError(f"the requester's tool policy does not allow {', '.join(denied)}")
+        return surface
+
+    async def _parent(self, surface: tuple[str, ...]) -> Parent:
+        store, key = self._host.store, self._requester.session_key
+        session = await asyncio.to_thread(store.get, key)
+        if session is None:
+            raise NativeArgumentError("the requester's session does not exist")
+        return Parent(
+            session_key=key,
+            session_id=session.session_id,
+            agent_id=self._requester.agent_id,
+            run_id=self._parent_run_id,
+            tools=surface,
+            model=self._host.config.agent_model(self._requester.agent_id).chain[0],
+            blind=await self._host.natives.blind_session(key),
+        )
+
+    # -- spawn --------------------------------------------------------------------------------------------------
+
+    async def spawn(
+        self,
+        *,
+        task: str,
+        request_id: str | None = None,
+        label: str | None = None,
+        model: str | None = None,
+        thinking: str | None = None,
+        context: Literal["isolated", "fork"] | None = None,
+        blind: bool = False,
+        fast_mode: str | None = None,
+        profile: str | None = None,
+        output_schema: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Spawn a native child for this invocation's requester; ``{run_id, child_session_key, request_id,
+        selection}``."""
+        if profile is not None:
+            raise NativeUnsupportedError("profile: subagent profiles are not supported by this gateway yet")
+        if output_schema is not None:
+            raise NativeUnsupportedError("output_schema: structured output is not supported by this gateway yet")
+        if fast_mode not in (None, "auto"):
+            raise NativeUnsupportedError('fast_mode: only "auto" (the host default) is supported by this gateway')
+        if not isinstance(task, str) or not task.strip():
+            raise NativeArgumentError("task must be a non-empty string")
+        _text("request_id", request_id, optional=True, limit=128)
+        _text("label", label, optional=True)
+        _text("model", model, optional=True)
+        if context not in (None, "isolated", "fork"):
+            raise NativeArgumentError('context must be "isolated" or "fork"')
+        if not isinstance(blind, bool):
+            raise NativeArgumentError("blind must be a boolean")
+        requested: dict[str, Any] = {
+            key: value
+            for key, value in (("model", model), ("thinking", thinking), ("context", context), ("fast_mode", fast_mode))
+            if value is not None
+        }
+        if blind:
+            requested["blind"] = True
+        digest = spec_digest({"task": task, "label": label, **{k: str(v) for k, v in requested.items()}})
+        if request_id is None:
+            return await self._spawn(task, None, label, model, thinking, context, blind, digest, requested)
+        lock = self._replays.setdefault(request_id, asyncio.Lock())
+        async with lock:  # one spawn per request id at a time, so a concurrent replay never makes a second child
+            self._check(_SPAWN_TOOLS)
+            found = await asyncio.to_thread(
+                self._host.children.plugin_request, self.plugin_id, self._parent_run_id, request_id
+            )
+            if found is not None:
+                record, recorded = found
+                if recorded != digest:
+                    raise NativeRequestConflictError(
+                        "request_id was used in this turn with other arguments; use a new request_id"
+                    )
+                return _accepted(record, request_id, requested)
+            return await self._spawn(task, request_id, label, model, thinking, context, blind, digest, requested)
+
+    async def _spawn(
+        self,
+        task: str,
+        request_id: str | None,
+        label: str | None,
+        model: str | None,
+        thinking: str | None,
+        context: Literal["isolated", "fork"] | None,
+        blind: bool,
+        digest: str,
+        requested: dict[str, Any],
+    ) -> dict[str, Any]:
+        surface = self._check(_SPAWN_TOOLS)
+        parent = await self._parent(surface)
+        await self._record_input()  # the host commits the turn's actual input before any child exists
+        self._check(_SPAWN_TOOLS)
+        request = SpawnRequest(task=task, label=label, model=model, thinking=thinking, context=context, blind=blind)
+        try:
+            receipt = await self._host.natives.spawn(
+                parent, request, plugin=PluginOwner(self.plugin_id, request_id, digest)
+            )
+        except SpawnRefusedError as exc:
+            raise NativeRefusedError(exc.message) from exc
+        record = await asyncio.to_thread(self._host.children.get, str(receipt["runId"]))
+        assert record is not None  # recorded before its run started
+        return _accepted(record, request_id, requested)
+
+    # -- collect ------------------------------------------------------------------------------------------------
+
+    async def collect(
+        self, *, ids: Sequence[str], timeout_seconds: float | None = None, await_results: bool = False
+    ) -> dict[str, Any]:
+        """``{results: [...], pending: [run ids]}`` for children this plugin accepted for this parent."""
+        if isinstance(ids, str) or not ids or not all(isinstance(i, str) and i.strip() for i in ids):
+            raise NativeArgumentError("ids must be a non-empty list of run ids")
+        if await_results and timeout_seconds is not None:
+            raise NativeArgumentError("await_results joins every result: it takes no timeout_seconds")
+        if timeout_seconds is not None and (
+            isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int | float) or timeout_seconds < 0
+        ):
+            raise NativeArgumentError("timeout_seconds must be a non-negative number")
+        wanted = list(dict.fromkeys(ids))
+        surface = self._check(("agents_wait",))
+        parent = await self._parent(surface)
+        for run_id in wanted:
+            await self._own(parent, run_id)
+        wait_s = DEFAULT_COLLECT_S if timeout_seconds is None else float(timeout_seconds)
+        while True:
+            state = await self._host.natives.wait(parent, wanted, 0.0 if await_results else wait_s)
+            self._check(("agents_wait",))
+            if not await_results or not state["pending"]:
+                break
+            await self._host.natives.wait(parent, list(state["pending"]), None)
+            self._check(("agents_wait",))
+        records = [await asyncio.to_thread(self._host.children.get, run_id) for run_id in wanted]
+        results = [_result(record) for record in records if record is not None and record.completion is not None]
+        pending = [record.run_id for record in records if record is not None and record.completion is None]
+        return {"results": results, "pending": pending}
+
+    async def _own(self, parent: Parent, run_id: str) -> ChildRecord:
+        record = await self._host.natives.owned(parent, run_id)
+        owner = None if record is None else await asyncio.to_thread(self._host.children.plugin_owner, record.run_id)
+        if record is None or owner is None or owner.plugin_id != self.plugin_id:
+            raise NativeNotOwnerError("a run id is not a child this plugin accepted for this parent")
+        return record
+
+    # -- list ---------------------------------------------------------------------------------------------------
+
+    async def list(self, *, status: str | None = None) -> list[dict[str, Any]]:
+        """The children this plugin accepted for this parent incarnation (see the module docstring)."""
+        if status is not None and status not in LIST_STATUSES:
+            raise NativeArgumentError(f"status must be one of {', '.join(LIST_STATUSES)}")
+        surface = self._check(("agents_wait",))
+        parent = await self._parent(surface)
+        rows = await asyncio.to_thread(
+            self._host.children.plugin_children,
+            self.plugin_id,
+            parent.session_key,
+            parent.session_id,
+            status=status,
+            limit=MAX_LIST,
+        )
+        self._check(("agents_wait",))
+        return [_entry(record, request_id) for record, request_id in rows]
+
+
+def _status(record: ChildRecord) -> str:
+    return record.completion if record.completion is not None else record.execution
+
+
+def _accepted(record: ChildRecord, request_id: str | None, requested: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "child_session_key": record.child_key,
+        "request_id": request_id,
+        "selection": {"requested": requested, "resolved": {"model": record.model}},
+    }
+
+
+def _result(record: ChildRecord) -> dict[str, Any]:
+    assert record.completion in COMPLETION_STATES
+    return {
+        "run_id": record.run_id,
+        "status": record.completion,
+        "result": record.result,
+        "result_truncated": record.result_truncated,
+        "structured_output": None,
+        "error": record.error,
+        "selection": {"requested": {}, "resolved": {"model": record.model}},
+    }
+
+
+def _entry(record: ChildRecord, request_id: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "run_id": record.run_id,
+        "child_session_key": record.child_key,
+        "request_id": request_id,
+        "status": _status(record),
+    }
+    if record.label is not None:
+        entry["label"] = record.label
+    return entry

@@ -1,0 +1,292 @@
+"""``ctx.subagent.native`` in a real gateway: a ``reply_dispatch`` plugin spawns, collects and lists native children
+for the requester of a real chat turn, against the scripted fake model.
+
+The test plugin claims messages ``native:{"steps": [...]}``: it runs each step (``spawn``, ``collect``, ``list``,
+with ``"$N"`` in ``ids`` standing for the run id step N answered) and replies with what each answered, as JSON (an
+error as its ``code``), so a test reads the facade's answers from the turn's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from clawstack.gateway.config import parse_config
+from clawstack.gateway.plugins.api import PluginRetiredError
+from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, LIST_CAPABILITY
+from clawstack.gateway.server import GatewayServer
+from clawstack.llm.fake import FakeModelServer
+from tests.integration.gateway.test_ws_protocol import API_KEY, Client, config_document, connected
+
+KEY = "agent:main:main"
+WAIT_S = 30.0
+
+PLUGIN = """
+import json
+
+API = None
+captured = {}
+
+
+async def reply(ctx):
+    prefix = PREFIX + ":"
+    if not ctx.message.startswith(prefix):
+        return None
+    command = json.loads(ctx.message[len(prefix):])
+    native = ctx.subagent.native
+    captured["native"] = native
+    captured["api_native_is_ctx_native"] = API.runtime.subagent.native is native
+    if native is None:
+        return json.dumps({"native": None})
+    answers = []
+    for step in command["steps"]:
+        args = dict(step.get("args", {}))
+        if "ids" in args:
+            args["ids"] = [answers[int(i[1:])]["run_id"] if i.startswith("$") else i for i in args["ids"]]
+        try:
+            answers.append(await getattr(native, step["op"])(**args))
+        except Exception as exc:
+            answers.append({"error": getattr(exc, "code", type(exc).__name__)})
+    return json.dumps(answers)
+
+
+def register(api):
+    global API
+    API = api
+    api.register_hook("reply_dispatch", reply)
+"""
+
+
+def write_plugin(root: Path, plugin_id: str, prefix: str) -> Path:
+    directory = root / plugin_id
+    directory.mkdir(parents=True)
+    (directory / "claw.plugin.json").write_text(json.dumps({"id": plugin_id, "version": "1.0.0", "entry": "plugin.py"}))
+    (directory / "plugin.py").write_text(f"PREFIX = {prefix!r}\n" + textwrap.dedent(PLUGIN))
+    return directory
+
+
+class Gateway:
+    def __init__(self, server: GatewayServer, fake: FakeModelServer, client: Client) -> None:
+        self.server, self.fake, self.client = server, fake, client
+        self._n = 0
+
+    async def turn(self, message: str) -> Any:
+        """Send ``message`` as a chat turn and return the plugin's reply, parsed."""
+        self._n += 1
+        sent = await self.client.request(
+            "chat.send", {"sessionKey": KEY, "message": message, "idempotencyKey": f"t{self._n}"}
+        )
+        assert sent["ok"], sent
+        async with asyncio.timeout(WAIT_S):
+            final = await self.client.wait_for_chat(sent["payload"]["runId"], "final", "error")
+        return json.loads(final["payload"]["message"]["content"][0]["text"])
+
+    async def steps(self, *steps: dict[str, Any], prefix: str = "native") -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = await self.turn(f"{prefix}:" + json.dumps({"steps": list(steps)}))
+        return answers
+
+
+def spawn(task: str, **args: Any) -> dict[str, Any]:
+    return {"op": "spawn", "args": {"task": task, **args}}
+
+
+def collect(*ids: str, **args: Any) -> dict[str, Any]:
+    return {"op": "collect", "args": {"ids": list(ids), **args}}
+
+
+def listing(**args: Any) -> dict[str, Any]:
+    return {"op": "list", "args": args}
+
+
+def make_config(tmp_path: Path, base_url: str, **extra: Any) -> Any:
+    document = config_document(base_url)
+    document["agents"]["defaults"]["subagents"] = {"runTimeoutSeconds": 30}
+    document.update(extra)
+    return parse_config(document, base_dir=tmp_path, environ={})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeModelServer]:
+    async with FakeModelServer(api_key=API_KEY) as server:
+        yield server
+
+
+async def open_gateway(tmp_path: Path, fake: FakeModelServer, **extra: Any) -> tuple[GatewayServer, Client, Any]:
+    root = tmp_path / "plugins"
+    paths = [write_plugin(root, "reviewer", "native"), write_plugin(root, "other", "othernative")]
+    server = GatewayServer(
+        make_config(tmp_path, fake.base_url, **extra), data_dir=tmp_path / "data", plugin_paths=paths
+    )
+    await server.start()
+    http = aiohttp.ClientSession()
+    client = await connected(http, server.port)
+    return server, client, http
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, fake: FakeModelServer) -> AsyncIterator[Gateway]:
+    server, client, http = await open_gateway(tmp_path, fake)
+    try:
+        yield Gateway(server, fake, client)
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()
+
+
+def child_calls(fake: FakeModelServer) -> int:
+    return sum(1 for r in fake.requests if r.path.endswith("/chat/completions"))
+
+
+def api_of(server: GatewayServer, plugin_id: str) -> Any:
+    record = {p.id: p for p in server.plugins}[plugin_id]
+    assert record.state == "loaded", record.error
+    return record.api
+
+
+async def test_spawn_collect_and_list_for_the_requester(gateway: Gateway) -> None:
+    assert {BLIND_CAPABILITY, LIST_CAPABILITY} <= api_of(gateway.server, "reviewer").runtime.capabilities
+    accepted, collected, listed = await gateway.steps(
+        spawn("Review it.\n@fake reply: child one", request_id="review-1", label="review"),
+        collect("$0", await_results=True),
+        listing(),
+    )
+    assert set(accepted) == {"run_id", "child_session_key", "request_id", "selection"}
+    assert accepted["request_id"] == "review-1"
+    assert accepted["child_session_key"].startswith("agent:main:subagent:")
+    assert accepted["selection"] == {"requested": {}, "resolved": {"model": "fake/fake-model"}}
+    (result,) = collected["results"]
+    assert collected["pending"] == []
+    assert result == {
+        "run_id": accepted["run_id"],
+        "status": "done",
+        "result": "child one",
+        "result_truncated": False,
+        "structured_output": None,
+        "error": None,
+        "selection": {"requested": {}, "resolved": {"model": "fake/fake-model"}},
+    }
+    assert listed == [
+        {
+            "run_id": accepted["run_id"],
+            "child_session_key": accepted["child_session_key"],
+            "request_id": "review-1",
+            "label": "review",
+            "status": "done",
+        }
+    ]
+    # The host committed the turn's input before the child existed; the claim adds only the reply.
+    history = await gateway.client.request("chat.history", {"sessionKey": KEY, "limit": 50})
+    roles = [m["role"] for m in history["payload"]["messages"]]
+    assert roles == ["user", "assistant"]
+
+
+async def test_a_request_id_replays_and_never_makes_a_second_child(gateway: Gateway) -> None:
+    first, again, changed, listed = await gateway.steps(
+        spawn("@fake reply: once", request_id="r"),
+        spawn("@fake reply: once", request_id="r"),
+        spawn("@fake reply: other", request_id="r"),
+        listing(),
+    )
+    assert again["run_id"] == first["run_id"]
+    assert changed == {"error": "native_request_conflict"}
+    assert [entry["run_id"] for entry in listed] == [first["run_id"]]
+    (collected,) = await gateway.steps(collect(first["run_id"], await_results=True))
+    assert collected["results"][0]["result"] == "once"
+    assert child_calls(gateway.fake) == 1
+
+
+async def test_collect_reads_waits_and_refuses_bad_calls(gateway: Gateway) -> None:
+    accepted, snapshot, both, unknown, running, bogus, empty = await gateway.steps(
+        spawn("@fake delay-ms: 2000\n@fake reply: slow"),
+        collect("$0", timeout_seconds=0),
+        collect("$0", timeout_seconds=1, await_results=True),
+        collect("not-a-child", timeout_seconds=0),
+        listing(status="done"),
+        listing(status="bogus"),
+        {"op": "collect", "args": {"ids": []}},
+    )
+    assert accepted["request_id"] is None
+    assert snapshot == {"results": [], "pending": [accepted["run_id"]]}  # pending is not a failure
+    assert both == {"error": "native_invalid_argument"}
+    assert unknown == {"error": "native_not_owner"}
+    assert running == []  # the status filter applies before the bound
+    assert bogus == {"error": "native_invalid_argument"}
+    assert empty == {"error": "native_invalid_argument"}
+    (waited,) = await gateway.steps(collect(accepted["run_id"], timeout_seconds=10))
+    assert waited["results"][0]["status"] == "done"
+    assert waited["pending"] == []
+
+
+async def test_unsupported_and_refused_spawns_create_nothing(gateway: Gateway) -> None:
+    answers = await gateway.steps(
+        spawn("x", profile="reviewer"),
+        spawn("x", output_schema={"type": "object"}),
+        spawn("x", fast_mode="on"),
+        spawn("x", blind=True, context="fork"),
+        spawn(""),
+        spawn("x", context="elsewhere"),
+        listing(),
+    )
+    assert answers[:6] == [
+        {"error": "native_unsupported"},
+        {"error": "native_unsupported"},
+        {"error": "native_unsupported"},
+        {"error": "native_spawn_refused"},
+        {"error": "native_invalid_argument"},
+        {"error": "native_invalid_argument"},
+    ]
+    assert answers[6] == []
+    assert child_calls(gateway.fake) == 0
+
+
+async def test_a_blind_child_is_accepted_and_collected(gateway: Gateway) -> None:
+    accepted, collected = await gateway.steps(
+        spawn("@fake reply: blind answer", blind=True, context="isolated"), collect("$0", await_results=True)
+    )
+    assert accepted["selection"]["requested"] == {"context": "isolated", "blind": True}
+    assert collected["results"][0]["result"] == "blind answer"
+    (request,) = [r for r in gateway.fake.requests if r.path.endswith("/chat/completions")]
+    prompt = json.dumps(request.body["messages"])
+    assert KEY not in prompt
+    assert accepted["child_session_key"] not in prompt
+
+
+async def test_another_plugin_and_a_reset_parent_cannot_read_the_children(gateway: Gateway) -> None:
+    accepted, _ = await gateway.steps(spawn("@fake reply: mine"), collect("$0", await_results=True))
+    foreign = await gateway.steps(collect(accepted["run_id"], timeout_seconds=0), listing(), prefix="othernative")
+    assert foreign == [{"error": "native_not_owner"}, []]
+    reset = await gateway.client.request("sessions.reset", {"key": KEY})
+    assert reset["ok"], reset
+    after = await gateway.steps(collect(accepted["run_id"], timeout_seconds=0), listing())
+    assert after == [{"error": "native_not_owner"}, []]
+
+
+async def test_the_facade_exists_only_while_its_handler_runs(gateway: Gateway) -> None:
+    await gateway.steps(listing())
+    module = next(m for m in sys.modules.values() if getattr(m, "PREFIX", None) == "native" and hasattr(m, "captured"))
+    assert module.captured["api_native_is_ctx_native"] is True
+    assert api_of(gateway.server, "reviewer").runtime.subagent.native is None  # outside any invocation
+    with pytest.raises(PluginRetiredError):
+        await module.captured["native"].spawn(task="too late")
+    assert child_calls(gateway.fake) == 0
+
+
+async def test_a_denied_collector_tool_leaves_no_way_to_spawn(tmp_path: Path, fake: FakeModelServer) -> None:
+    server, client, http = await open_gateway(tmp_path, fake, tools={"deny": ["agents_wait"]})
+    try:
+        answers = await Gateway(server, fake, client).steps(spawn("@fake reply: x"), listing())
+        assert answers == [{"error": "native_tool_denied"}, {"error": "native_tool_denied"}]
+        assert child_calls(fake) == 0
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()

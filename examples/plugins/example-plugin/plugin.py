@@ -140,7 +140,13 @@ def register(api: PluginApi) -> None:
         native = ctx.runtime_context.subagents
         if native is None:
             return "Native review is unavailable for this request."
-        return "Native review is available."
+        # One native child per command; a later /review collects a child that outlived its command.
+        child = await native.spawn(task=ctx.args or "Review the latest change.", context="isolated")
+        collected = await native.collect(ids=[child["run_id"]], timeout_seconds=30)
+        if collected["pending"]:
+            return f"Review {child['run_id']} is still running."
+        result = collected["results"][0]
+        return result["result"] if result["status"] == "done" else f"Review {result['status']}: {result['error']}"
 
     async def check_note(event: BeforeToolCallEvent) -> BeforeToolCallResult | None:
         text = str(event.params.get("text", "")).strip()
@@ -171,7 +177,9 @@ def register(api: PluginApi) -> None:
     api.register_command("mail", mail, description="Handle an e-mail as a hook turn", accepts_args=True)
     api.register_command("remember", remember, description="Remember a line", accepts_args=True)
     api.register_command("recall", recall, description="Recall what was remembered")
-    api.register_command("review", review, description="Launch a native review", runtime_capabilities=["subagents"])
+    api.register_command(
+        "review", review, description="Launch a native review", accepts_args=True, runtime_capabilities=["subagents"]
+    )
     api.register_hook("before_dispatch", delegate)
     api.register_hook("before_tool_call", check_note, matcher=["example_take_note"])
     api.register_hook("after_tool_call", log_note, matcher=["example_take_note"])

@@ -24,12 +24,12 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_uuid
 from clawstack.gateway.agent import AgentEvent, AgentLoop, TurnResult, UnknownAgentError
-from clawstack.gateway.authority import AuthorityRevokedError, OperatorAuthority, Revocation
+from clawstack.gateway.authority import AuthorityAssertion, AuthorityRevokedError, OperatorAuthority, Revocation
 from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.dispatch import (
     GATEWAY_OPERATOR,
@@ -45,12 +45,16 @@ from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import parse_session_key
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins import CommandContext, PluginLoader, RegisteredCommand
-from clawstack.gateway.plugins.api import PluginLifetime
+from clawstack.gateway.plugins.api import CommandRuntimeContext, PluginLifetime
 from clawstack.gateway.plugins.complete import invocation_scope
 from clawstack.gateway.plugins.hooks import DispatchTurn
 from clawstack.gateway.sessions import Message, NewMessage, Run, SessionStore
 
 __all__ = ["ActiveRun", "GatewayRuns", "Publish", "RunsClosedError"]
+
+
+if TYPE_CHECKING:
+    from clawstack.gateway.plugins.native_facade import NativeFacade
 
 _log = logging.getLogger(__name__)
 
@@ -435,6 +439,7 @@ class GatewayRuns:
         assertion = None
         if command.require_auth and requester is not None and requester.authenticated and self._authority is not None:
             assertion = self._authority.capture(requester)
+        scope = PluginLifetime(command.plugin_id)
         context = CommandContext(
             command.plugin_id,
             command.name,
@@ -443,11 +448,12 @@ class GatewayRuns:
             channel="gateway" if requester is None else requester.channel,
             sender_id=None if requester is None else requester.sender_id,
             operator=GATEWAY_OPERATOR if requester is None else requester.operator,
+            runtime_context=CommandRuntimeContext(subagents=self._command_natives(run, command, scope, assertion)),
             assertion=assertion,
         )
         try:
-            # A completion the handler starts belongs to this invocation and ends with it.
-            with invocation_scope(PluginLifetime(command.plugin_id)):
+            # A completion the handler starts belongs to this invocation and ends with it (and so does its facade).
+            with invocation_scope(scope):
                 reply = await command.handler(context)
         except Exception as exc:
             if isinstance(exc, GatewayError):
@@ -458,6 +464,37 @@ class GatewayRuns:
             await asyncio.to_thread(self._record_failed, run.run_id, message)
             raise GatewayError(message, code="plugin_command_failed") from exc
         return await self._record_reply(run, str(reply))
+
+    def _command_natives(
+        self,
+        run: ActiveRun,
+        command: RegisteredCommand,
+        scope: PluginLifetime,
+        assertion: AuthorityAssertion | None,
+    ) -> NativeFacade | None:
+        """The command's native children, when it asked for them and this invocation is eligible: a
+        ``require_auth`` command, an authorized requester with current operator authority (``assertion``), a tool
+        policy with ``sessions_spawn`` and ``agents_wait``. Its input, the command text, is already recorded."""
+        host = None if self.plugins is None else self.plugins.hooks.native_host
+        requester = run.requester
+        if (
+            host is None
+            or "subagents" not in command.runtime_capabilities
+            or not command.require_auth
+            or requester is None
+            or not requester.authenticated
+            or assertion is None
+            or not host.allows_spawning(requester.agent_id)
+        ):
+            return None
+        lifetimes = (scope,) if command.lifetime is None else (scope, command.lifetime)
+        return host.facade(
+            command.plugin_id,
+            lifetimes,
+            requester,
+            parent_run_id=run.run_id,
+            record_input=lambda: self._adopt_turn(run),
+        )
 
     async def _dispatch_hooks(self, run: ActiveRun, requester: Requester) -> TurnResult | None:
         """Offer the message to the plugins' dispatch hooks; a claim is recorded as the run's reply."""

@@ -7,6 +7,7 @@ plugin's commands and its ``delegate:`` hook run over a real WebSocket against a
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -71,9 +72,10 @@ async def test_the_example_plugin_loads(server: GatewayServer) -> None:
     assert plugins["hello"].state == "loaded"
 
 
-async def test_review_probes_the_native_runtime_at_invocation(client: Client, fake: FakeModelServer) -> None:
-    assert await say(client, "/review", "v1") == "Native review is unavailable for this request."
-    assert fake.requests == []
+async def test_review_runs_a_native_child_and_collects_it(client: Client, fake: FakeModelServer) -> None:
+    assert await say(client, "/review the parser change\n@fake reply: LGTM, one nit.", "v1") == "LGTM, one nit."
+    (request,) = [r for r in fake.requests if r.path.endswith("/chat/completions")]
+    assert "the parser change" in json.dumps(request.body["messages"])
 
 
 async def test_summarize_uses_the_allowed_model(client: Client, fake: FakeModelServer) -> None:

@@ -242,8 +242,9 @@ async def test_command_capabilities_as_the_spec_writes_them(
         ]
         client = await connected(http, server.port)
         for run_id, message, answer in (
-            ("run-review", "/review-pr", "Native review is unavailable for this request."),
-            ("run-later", "/review-later", "Native review is unavailable for this request."),
+            # An owner's actual command with current authority gets native children (the spec's example).
+            ("run-review", "/review-pr", "native review started"),
+            ("run-later", "/review-later", "native review started"),
             ("run-settings", "/settings", "greeting=hi tags=a,b"),
         ):
             res = await client.request("chat.send", {"sessionKey": KEY, "message": message, "idempotencyKey": run_id})

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from clawstack.gateway.authority import AuthorityAssertion
     from clawstack.gateway.plugins.hook_dispatch import PluginHooks
     from clawstack.gateway.plugins.hooks import DispatchHandler, HookRegistry
+    from clawstack.gateway.plugins.native_facade import NativeFacade
     from clawstack.gateway.plugins.store import PluginStoreSpace
     from clawstack.gateway.plugins.subagent import PluginSubagent
     from clawstack.gateway.plugins.tool_hooks import AfterToolCallHandler, BeforeToolCallHandler
@@ -310,12 +311,14 @@ class PluginLifetime:
 class CommandRuntimeContext:
     """``ctx.runtime_context``: the runtimes a command invocation gets for the capabilities it asked for.
 
-    ``subagents`` is the requester-bound native spawn/collect runtime and ``scheduled_turns`` the scheduling
-    runtime; each is ``None`` where this invocation does not get it (not asked for, not eligible, or not offered
-    by the host). This gateway offers neither yet, so both are always ``None``: probe them at invocation.
+    ``subagents`` is the requester-bound native spawn/collect runtime
+    (:class:`~clawstack.gateway.plugins.native_facade.NativeFacade`): present only for an authorized requester's
+    actual command with current operator authority, a ``require_auth`` command that asked for it, and a requester
+    whose tool policy allows ``sessions_spawn`` and ``agents_wait``; ``None`` otherwise. ``scheduled_turns`` (the
+    scheduling runtime) is not offered by this gateway: always ``None``. Probe both at invocation.
     """
 
-    subagents: object | None = None
+    subagents: NativeFacade | None = None
     scheduled_turns: object | None = None
 
 
@@ -362,6 +365,7 @@ class RegisteredCommand:
     require_auth: bool
     accepts_args: bool
     runtime_capabilities: frozenset[str]
+    lifetime: PluginLifetime | None = None  # the registering plugin instance's
 
 
 class CommandRegistry:
@@ -575,6 +579,7 @@ class PluginApi:
             require_auth=bool(require_auth),
             accepts_args=bool(accepts_args),
             runtime_capabilities=wanted,
+            lifetime=self._lifetime,
         )
         self._commands.add(command)
         return command

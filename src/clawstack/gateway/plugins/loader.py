@@ -26,8 +26,9 @@ in :attr:`LoadedPlugin.warnings`) and only what needs it is refused:
 Each plugin's ``api.runtime.capabilities`` lists what is offered to it: ``subagent.complete`` and
 ``subagent.run`` when wired, ``hooks.dispatch_hook_agent_turn`` when wired and the plugin is ``bundled`` or
 ``trusted``, ``store`` when the loader has a :class:`~clawstack.gateway.plugins.store.PluginStore`, and
-``native-subagent-blind-v1`` and ``native-subagent-list-v1`` when its hook registry has a native host (the
-``reply_dispatch`` facade, :mod:`~clawstack.gateway.plugins.native_facade`).
+``native-subagent-blind-v1``, ``native-subagent-list-v1`` and ``command-native-subagents-v1`` when its hook
+registry has a native host (the ``reply_dispatch`` and command facade,
+:mod:`~clawstack.gateway.plugins.native_facade`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from clawstack.gateway.plugins.api import (
 from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, SubagentCompleter
 from clawstack.gateway.plugins.hook_dispatch import HOOK_AGENT_TURNS, HookDispatcher, PluginHooks
 from clawstack.gateway.plugins.hooks import HookRegistry
-from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, LIST_CAPABILITY
+from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, COMMAND_CAPABILITY, LIST_CAPABILITY
 from clawstack.gateway.plugins.store import PLUGIN_STORE, PluginStore, PluginStoreSpace
 from clawstack.gateway.plugins.subagent import SUBAGENT_RUN, PluginSubagent, SubagentRunner
 from clawstack.gateway.tools import ToolRegistry
@@ -366,7 +367,7 @@ class PluginLoader:
         if store is not None:
             capabilities.add(PLUGIN_STORE)
         if self.hooks.native_host is not None:
-            capabilities |= {BLIND_CAPABILITY, LIST_CAPABILITY}
+            capabilities |= {BLIND_CAPABILITY, LIST_CAPABILITY, COMMAND_CAPABILITY}
         self.capabilities: frozenset[str] = frozenset(capabilities)
         self._instances: dict[str, _Instance] = {}
 
@@ -469,6 +470,9 @@ class PluginLoader:
             trust=entry.trust,
             code_identity=identity,
             command_capabilities=frozenset(manifest.contracts.command_runtime_capabilities),
+            supported_command_capabilities=frozenset({"subagents"})
+            if self.hooks.native_host is not None
+            else frozenset(),
             commands=self.commands,
             tools=self.tools,
             hooks=self.hooks,

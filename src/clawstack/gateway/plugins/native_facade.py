@@ -1,7 +1,11 @@
-"""``ctx.subagent.native`` (and ``api.runtime.subagent.native``): requester-bound native children for plugins.
+"""``ctx.subagent.native`` (and ``api.runtime.subagent.native``): requester-bound native children for plugins, and
+``ctx.runtime_context.subagents`` of a command that asked for them.
 
-The facade exists only inside an eligible ``reply_dispatch`` handler: an authenticated requester whose operator
-authority is current, on the gateway's reply-dispatch path, with the host's user-turn recorder. Elsewhere (a
+The facade exists only inside an eligible ``reply_dispatch`` handler (an authenticated requester whose operator
+authority is current, on the gateway's reply-dispatch path, with the host's user-turn recorder) or an eligible
+command invocation (a ``require_auth`` command declaring the ``subagents`` runtime capability, run by an
+authorized requester's actual command with current operator authority, whose tool policy allows
+``sessions_spawn`` and ``agents_wait``; the command text is the turn's input). Elsewhere (a
 ``before_dispatch`` handler, a service, a timer, a retained reference after the handler settled) there is none:
 ``native`` is ``None``, and a kept facade raises :class:`~clawstack.gateway.plugins.api.PluginRetiredError`.
 The gateway supplies the parent (the requester's session and its current incarnation, the dispatch run as the
@@ -19,7 +23,9 @@ parent turn, the agent's own tool surface): a plugin can choose none of it.
 
 Every call rechecks the plugin instance, the invocation, the requester's operator authority and the tool policy
 (spawn needs ``sessions_spawn`` and ``agents_wait`` on the requester agent's surface, collect and list need
-``agents_wait``) before it acts and after every await; nothing falls back to another actor.
+``agents_wait``) before it acts and after every await; nothing falls back to another actor. An accepted child is
+retained under the requester's operator authority: revoking it (a demotion, an unlinked channel identity) fails
+the child at once while it waits for a slot, and refuses it at its next admission check.
 
 Not built yet, and refused by name (:class:`NativeUnsupportedError`): ``profile``, ``output_schema``, a
 ``fast_mode`` other than ``"auto"``. Tool hooks do not run for facade spawns yet.
@@ -59,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLIND_CAPABILITY",
+    "COMMAND_CAPABILITY",
     "LIST_CAPABILITY",
     "LIST_STATUSES",
     "MAX_LIST",
@@ -76,6 +83,7 @@ __all__ = [
 ]
 
 BLIND_CAPABILITY: Final = "native-subagent-blind-v1"
+COMMAND_CAPABILITY: Final = "command-native-subagents-v1"
 LIST_CAPABILITY: Final = "native-subagent-list-v1"
 MAX_LIST: Final = 200
 LIST_STATUSES: Final = ("done", "failed", "killed", "timeout", "queued", "running", "interrupted", "terminal")
@@ -130,6 +138,11 @@ class NativeHost:
     agent: AgentLoop
     config: GatewayConfig
     authority: OperatorAuthority | None
+
+    def allows_spawning(self, agent_id: str) -> bool:
+        """Whether ``agent_id``'s tool policy has both ``sessions_spawn`` and ``agents_wait`` on its surface."""
+        surface = self.agent.effective_tools(agent_id)
+        return all(name in surface for name in _SPAWN_TOOLS)
 
     def facade(
         self,
@@ -310,7 +323,11 @@ class NativeFacade:
             )
         except SpawnRefusedError as exc:
             raise NativeRefusedError(exc.message) from exc
-        record = await asyncio.to_thread(self._host.children.get, str(receipt["runId"]))
+        run_id = str(receipt["runId"])
+        if self._assertion is not None and self._host.authority is not None:
+            # The child works under the requester's authority: a revocation fails it (at once while it queues).
+            self._host.authority.retain(run_id, self._assertion)
+        record = await asyncio.to_thread(self._host.children.get, run_id)
         assert record is not None  # recorded before its run started
         return _accepted(record, request_id, requested)
 

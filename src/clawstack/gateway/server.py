@@ -341,7 +341,7 @@ class GatewayServer:
             self._children = children
             self._natives = NativeChildren(self._config, store, children, runs, clock=self._clock)
             await self._natives.start()
-            hooks.native_host = NativeHost(self._natives, children, store, self._agent, self._config, authority)
+            hooks.native_host = NativeHost(self._natives, children, store, self._agent, self._config, authority, hooks)
             for agent in self._config.roster:
                 await asyncio.to_thread(
                     prepare_workspace,

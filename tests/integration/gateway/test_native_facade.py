@@ -32,6 +32,8 @@ WAIT_S = 30.0
 PLUGIN = """
 import json
 
+from clawstack.gateway.plugins import BeforeToolCallResult
+
 API = None
 captured = {}
 
@@ -58,10 +60,27 @@ async def reply(ctx):
     return json.dumps(answers)
 
 
+async def check_spawn(event):
+    # What the tests ask of a tool hook, by a marker in the task.
+    task = event.params.get("task", "")
+    captured.setdefault("spawn_events", []).append(dict(event.params))
+    if "HOOK-BLOCK" in task:
+        return BeforeToolCallResult(block=True, block_reason="not on my watch")
+    if "HOOK-REWRITE" in task:
+        return BeforeToolCallResult(params={"task": "@fake reply: rewritten by the hook", "label": "hooked"})
+    if "HOOK-UNBLIND" in task:
+        return BeforeToolCallResult(params={"blind": False})
+    if "HOOK-MODE" in task:
+        return BeforeToolCallResult(params={"mode": "session"})
+    return None
+
+
 def register(api):
     global API
     API = api
     api.register_hook("reply_dispatch", reply)
+    if PREFIX == "native":
+        api.register_hook("before_tool_call", check_spawn, matcher=["sessions_spawn"])
 """
 
 
@@ -290,3 +309,27 @@ async def test_a_denied_collector_tool_leaves_no_way_to_spawn(tmp_path: Path, fa
         await client.ws.close()
         await http.close()
         await server.stop()
+
+
+async def test_tool_hooks_see_a_native_spawn_and_may_block_or_rewrite_it(gateway: Gateway) -> None:
+    blocked, rewritten, replayed, collected, unblind, mode, listed = await gateway.steps(
+        spawn("HOOK-BLOCK"),
+        spawn("HOOK-REWRITE", request_id="hooked"),
+        spawn("HOOK-REWRITE", request_id="hooked"),  # the replay identity is the spawn's own arguments
+        collect("$1", await_results=True),
+        spawn("HOOK-UNBLIND", blind=True, context="isolated"),
+        spawn("HOOK-MODE"),
+        listing(),
+    )
+    assert blocked == {"error": "native_spawn_refused"}
+    assert rewritten["request_id"] == "hooked"
+    assert replayed["run_id"] == rewritten["run_id"]
+    assert collected["results"][0]["result"] == "rewritten by the hook"
+    assert unblind == {"error": "native_rewrite_refused"}
+    assert mode == {"error": "native_rewrite_refused"}
+    assert [(entry["run_id"], entry.get("label")) for entry in listed] == [(rewritten["run_id"], "hooked")]
+    module = next(m for m in sys.modules.values() if getattr(m, "PREFIX", None) == "native" and hasattr(m, "captured"))
+    first = module.captured["spawn_events"][0]
+    assert first == {"task": "HOOK-BLOCK", "runtime": "subagent", "mode": "run"}
+    assert module.captured["spawn_events"][1]["requestId"] == "hooked"
+    assert child_calls(gateway.fake) == 1

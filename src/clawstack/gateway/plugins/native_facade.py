@@ -27,8 +27,14 @@ Every call rechecks the plugin instance, the invocation, the requester's operato
 retained under the requester's operator authority: revoking it (a demotion, an unlinked channel identity) fails
 the child at once while it waits for a slot, and refuses it at its next admission check.
 
+A spawn goes through the ``before_tool_call`` hooks as a ``sessions_spawn`` call (parameters in OpenClaw's
+camelCase, with ``runtime: "subagent"``, ``mode: "run"`` and the ``requestId``): a hook may block it
+(``native_spawn_refused``) or rewrite its task, label, model, thinking and context, or add ``blind``; a rewrite of
+the runtime, the run mode, the request id, or one that removes ``blind``, is refused before any child exists
+(``native_rewrite_refused``). The replay identity is the spawn's own arguments, before any rewrite.
+
 Not built yet, and refused by name (:class:`NativeUnsupportedError`): ``profile``, ``output_schema``, a
-``fast_mode`` other than ``"auto"``. Tool hooks do not run for facade spawns yet.
+``fast_mode`` other than ``"auto"``.
 
 Errors::
 
@@ -40,7 +46,8 @@ Errors::
           ├── NativeAuthorityError      native_authority_revoked   the requester's operator authority ended
           ├── NativeRequestConflictError native_request_conflict   a request_id reused with other arguments
           ├── NativeNotOwnerError       native_not_owner           an id this plugin and parent do not own
-          └── NativeRefusedError        native_spawn_refused       the spawn policy refused (depth, children, ...)
+          ├── NativeRefusedError        native_spawn_refused       the spawn policy or a tool hook refused it
+          └── NativeRewriteError        native_rewrite_refused     a tool hook rewrote what a native spawn keeps
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from clawstack.gateway.plugins.api import PluginLifetime, SubagentError
 if TYPE_CHECKING:
     from clawstack.gateway.agent import AgentLoop
     from clawstack.gateway.config import GatewayConfig
+    from clawstack.gateway.plugins.hooks import HookRegistry
     from clawstack.gateway.sessions import SessionStore
 
 __all__ = [
@@ -77,6 +85,7 @@ __all__ = [
     "NativeNotOwnerError",
     "NativeRefusedError",
     "NativeRequestConflictError",
+    "NativeRewriteError",
     "NativeToolDeniedError",
     "NativeUnsupportedError",
     "current_native",
@@ -123,6 +132,10 @@ class NativeRefusedError(NativeError):
     code = "native_spawn_refused"
 
 
+class NativeRewriteError(NativeError):
+    code = "native_rewrite_refused"
+
+
 RecordInput = Callable[[], Awaitable[None]]
 """The host's user-turn recorder: commits the dispatched message to the requester's transcript (idempotent)."""
 
@@ -138,6 +151,8 @@ class NativeHost:
     agent: AgentLoop
     config: GatewayConfig
     authority: OperatorAuthority | None
+    hooks: HookRegistry | None = None
+    """Whose ``before_tool_call`` handlers see a facade spawn as a ``sessions_spawn`` call."""
 
     def allows_spawning(self, agent_id: str) -> bool:
         """Whether ``agent_id``'s tool policy has both ``sessions_spawn`` and ``agents_wait`` on its surface."""
@@ -314,9 +329,14 @@ class NativeFacade:
     ) -> dict[str, Any]:
         surface = self._check(_SPAWN_TOOLS)
         parent = await self._parent(surface)
+        request = await self._through_hooks(
+            SpawnRequest(task=task, label=label, model=model, thinking=thinking, context=context, blind=blind),
+            request_id,
+            digest,
+            surface,
+        )
         await self._record_input()  # the host commits the turn's actual input before any child exists
         self._check(_SPAWN_TOOLS)
-        request = SpawnRequest(task=task, label=label, model=model, thinking=thinking, context=context, blind=blind)
         try:
             receipt = await self._host.natives.spawn(
                 parent, request, plugin=PluginOwner(self.plugin_id, request_id, digest)
@@ -330,6 +350,63 @@ class NativeFacade:
         record = await asyncio.to_thread(self._host.children.get, run_id)
         assert record is not None  # recorded before its run started
         return _accepted(record, request_id, requested)
+
+    async def _through_hooks(
+        self, request: SpawnRequest, request_id: str | None, digest: str, surface: tuple[str, ...]
+    ) -> SpawnRequest:
+        """The spawn as the ``before_tool_call`` hooks leave it (see the module docstring)."""
+        hooks = self._host.hooks
+        if hooks is None or not hooks.tool_handlers("before_tool_call", "sessions_spawn"):
+            return request
+        from clawstack.gateway.plugins.tool_hooks import BeforeToolCallEvent, before_tool_call
+
+        params: dict[str, Any] = {"task": request.task, "runtime": "subagent", "mode": "run"}
+        for key, value in (
+            ("label", request.label),
+            ("model", request.model),
+            ("thinking", request.thinking),
+            ("context", request.context),
+            ("requestId", request_id),
+        ):
+            if value is not None:
+                params[key] = value
+        if request.blind:
+            params["blind"] = True
+        event = BeforeToolCallEvent(
+            tool_name="sessions_spawn",
+            params=params,
+            run_id=self._parent_run_id,
+            tool_call_id=f"native-{digest.removeprefix('sha256:')[:16]}",
+            session_key=self._requester.session_key,
+            agent_id=self._requester.agent_id,
+        )
+        decision = await before_tool_call(hooks, event, schema={"type": "object"}, allowed_tools=surface)
+        self._check(_SPAWN_TOOLS)
+        if decision.blocked:
+            raise NativeRefusedError(f"a tool hook refused the spawn: {decision.reason}")
+        rewritten = decision.params
+        if rewritten.get("context") not in (None, "isolated", "fork"):
+            raise NativeRewriteError('a tool hook set a context other than "isolated" or "fork"')
+        if (
+            rewritten.get("runtime") != "subagent"
+            or rewritten.get("mode") != "run"
+            or rewritten.get("requestId") != request_id
+            or (request.blind and rewritten.get("blind") is not True)
+        ):
+            raise NativeRewriteError(
+                "a tool hook changed what a native spawn keeps (runtime, run mode, request id or blind)"
+            )
+        try:
+            return SpawnRequest(
+                task=str(rewritten["task"]),
+                label=_text("label", rewritten.get("label"), optional=True),
+                model=_text("model", rewritten.get("model"), optional=True),
+                thinking=rewritten.get("thinking"),
+                context=rewritten.get("context"),
+                blind=rewritten.get("blind") is True,
+            )
+        except (KeyError, NativeArgumentError) as exc:
+            raise NativeRewriteError("a tool hook left the spawn without a valid task, label or model") from exc
 
     # -- collect ------------------------------------------------------------------------------------------------
 

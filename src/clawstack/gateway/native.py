@@ -49,6 +49,7 @@ from clawstack.gateway.dispatch import REASONING_EFFORT_BY_THINKING, THINKING_LE
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import normalize_agent_id
 from clawstack.gateway.sessions import NewMessage, Run, SessionStore, content_text
+from clawstack.gateway.tools import ToolPolicy
 
 if TYPE_CHECKING:
     from clawstack.gateway.runner import GatewayRuns
@@ -123,6 +124,9 @@ class SpawnRequest:
     context: Literal["isolated", "fork"] | None = None
     cleanup: Literal["keep", "delete"] = "keep"
     blind: bool = False
+    instructions: str | None = None  # a plugin profile's instructions, added to the child's system prompt
+    tools_deny: tuple[str, ...] = ()  # a plugin profile's denies: they only narrow the inherited surface
+    profile_record: Mapping[str, str] | None = None  # ``subagentProfile``, recorded on the child session
 
 
 class NativeChildren:
@@ -254,7 +258,12 @@ class NativeChildren:
                 agent_id=target,
                 owner=NATIVE_OWNER,
                 label=request.label,
-                metadata={"spawnedBy": parent.session_key, "spawnDepth": depth + 1, "blind": blind},
+                metadata={
+                    "spawnedBy": parent.session_key,
+                    "spawnDepth": depth + 1,
+                    "blind": blind,
+                    **({} if request.profile_record is None else {"subagentProfile": dict(request.profile_record)}),
+                },
             )
             if context == "fork":
                 await asyncio.to_thread(self._fork, parent.session_key, child_key)
@@ -270,13 +279,17 @@ class NativeChildren:
                     label=request.label,
                     run_id=run_id,
                     options=TurnOptions(
-                        extra_system_prompt=None if blind else _session_context(parent.session_key, child_key),
+                        extra_system_prompt=_child_prompt(
+                            None if blind else _session_context(parent.session_key, child_key), request.instructions
+                        ),
                         model=model,
                         reasoning_effort=None
                         if request.thinking is None
                         else REASONING_EFFORT_BY_THINKING[request.thinking],
                         timeout_s=timeout_s,
-                        tools_allow=parent.tools,
+                        tools_allow=tuple(ToolPolicy(deny=request.tools_deny).effective(parent.tools))
+                        if request.tools_deny
+                        else parent.tools,
                     ),
                 )
             )
@@ -528,6 +541,11 @@ def _task_message(task: str, depth: int, max_depth: int) -> str:
         "[Subagent Task]; inherited conversation is background context, not your assignment.\n\n"
         f"[Subagent Task]\n\n{task}\n\nBegin. Execute the assigned task to completion."
     )
+
+
+def _child_prompt(context: str | None, instructions: str | None) -> str | None:
+    parts = [part for part in (context, instructions) if part]
+    return "\n\n".join(parts) if parts else None
 
 
 def _session_context(parent_key: str, child_key: str) -> str:

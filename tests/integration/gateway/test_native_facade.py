@@ -247,8 +247,8 @@ async def test_collect_reads_waits_and_refuses_bad_calls(gateway: Gateway) -> No
 
 async def test_unsupported_and_refused_spawns_create_nothing(gateway: Gateway) -> None:
     answers = await gateway.steps(
-        spawn("x", profile="reviewer"),
-        spawn("x", output_schema={"type": "object"}),
+        spawn("x", profile="reviewer"),  # this plugin declared no profile
+        spawn("x", output_schema={"type": 42}),  # not a JSON schema
         spawn("x", fast_mode="on"),
         spawn("x", blind=True, context="fork"),
         spawn(""),
@@ -256,8 +256,8 @@ async def test_unsupported_and_refused_spawns_create_nothing(gateway: Gateway) -
         listing(),
     )
     assert answers[:6] == [
-        {"error": "native_unsupported"},
-        {"error": "native_unsupported"},
+        {"error": "native_invalid_argument"},
+        {"error": "native_invalid_argument"},
         {"error": "native_unsupported"},
         {"error": "native_spawn_refused"},
         {"error": "native_invalid_argument"},

@@ -236,10 +236,7 @@ async def test_command_capabilities_as_the_spec_writes_them(
     async with GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=[plugin]) as server:
         record = {p.id: p for p in server.plugins}["reviews"]
         assert record.state == "loaded", record.error
-        assert [w.split(":")[0] for w in record.warnings] == [
-            "contracts.sessionScheduledTurns",
-            "contracts.subagentProfiles",
-        ]
+        assert [w.split(":")[0] for w in record.warnings] == ["contracts.sessionScheduledTurns"]
         client = await connected(http, server.port)
         for run_id, message, answer in (
             # An owner's actual command with current authority gets native children (the spec's example).

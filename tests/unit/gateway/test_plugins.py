@@ -708,7 +708,8 @@ def test_names_that_are_not_command_runtime_capabilities_are_refused(api: Plugin
 
 
 def test_unsupported_contracts_do_not_fail_the_plugin(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Unknown contract keys, unknown capability names and subagent profiles are refused alone, with a warning."""
+    """Unknown contract keys and unknown capability names are refused alone, with a warning; declared subagent
+    profiles on a loader without native children give no registration surface and no capability."""
     source = """
     from clawstack.gateway.plugins import CommandCapabilityError
 
@@ -739,14 +740,13 @@ def test_unsupported_contracts_do_not_fail_the_plugin(tmp_path: Path, caplog: py
     command = loader.commands.get("resume")
     assert command is not None
     assert command.runtime_capabilities == frozenset({"subagents"})
-    assert len(record.warnings) == 3
-    unknown_key, unknown_capability, profiles = record.warnings
+    assert len(record.warnings) == 2
+    unknown_key, unknown_capability = record.warnings
     assert unknown_key.startswith("contracts.sessionScheduledTurns: not supported by this gateway")
     assert unknown_capability.startswith("contracts.commandRuntimeCapabilities: ['subagent.run'] are not command")
-    assert profiles.startswith("contracts.subagentProfiles: not supported yet")
-    assert "['reviewer'] are refused" in profiles
     assert not any("profile" in c for c in api.runtime.capabilities)
-    assert not hasattr(api, "agent")  # no profile registration surface
+    assert api.agent is not None
+    assert api.agent.register_subagent_profile is None  # no profile registration surface
     for warning in record.warnings:
         assert f"plugin sched: {warning}" in caplog.text
 

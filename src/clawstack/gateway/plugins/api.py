@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from clawstack.gateway.plugins.hook_dispatch import PluginHooks
     from clawstack.gateway.plugins.hooks import DispatchHandler, HookRegistry
     from clawstack.gateway.plugins.native_facade import NativeFacade
+    from clawstack.gateway.plugins.profiles import PluginAgent
     from clawstack.gateway.plugins.store import PluginStoreSpace
     from clawstack.gateway.plugins.subagent import PluginSubagent
     from clawstack.gateway.plugins.tool_hooks import AfterToolCallHandler, BeforeToolCallHandler
@@ -461,6 +462,7 @@ class PluginApi:
         plugin_config: Mapping[str, Any] | None = None,
         store: PluginStoreSpace | None = None,
         supported_command_capabilities: frozenset[str] = frozenset(),
+        agent: PluginAgent | None = None,
     ) -> None:
         self._id = plugin_id
         self._trust: Trust = trust
@@ -474,6 +476,7 @@ class PluginApi:
         self._lifetime = lifetime
         self._plugin_config: Mapping[str, Any] = freeze_config(plugin_config or {})
         self._store = store
+        self._agent = agent
         self._logger = logging.getLogger(f"clawstack.plugins.{plugin_id}")
 
     def __repr__(self) -> str:
@@ -527,6 +530,14 @@ class PluginApi:
 
             raise PluginStoreUnavailableError("this gateway keeps no plugin store (api.store is not available)")
         return self._store
+
+    @property
+    def agent(self) -> PluginAgent | None:
+        """``api.agent``: ``register_subagent_profile`` (``None`` unless the manifest declares
+        ``contracts.subagentProfiles`` on a gateway with native children; see
+        :mod:`clawstack.gateway.plugins.profiles`)."""
+        self._lifetime.check()
+        return self._agent
 
     @property
     def runtime(self) -> PluginRuntime:

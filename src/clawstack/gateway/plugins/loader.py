@@ -20,8 +20,8 @@ in :attr:`LoadedPlugin.warnings`) and only what needs it is refused:
 * an unknown ``contracts`` key (``sessionScheduledTurns``, …) is recorded as unsupported;
 * a ``commandRuntimeCapabilities`` entry that is not a command runtime capability (``subagents``,
   ``scheduledTurns``) is recorded, and a command asking for it is refused at registration;
-* a non-empty ``subagentProfiles`` is refused: subagent profiles are not supported yet, so the plugin gets
-  neither the profile registration surface nor the ``native-subagent-profiles-v1`` capability.
+* ``subagentProfiles`` lists the profile ids the plugin may register (``api.agent.register_subagent_profile``);
+  only such a plugin gets that method and the ``native-subagent-profiles-v1`` capability.
 
 Each plugin's ``api.runtime.capabilities`` lists what is offered to it: ``subagent.complete`` and
 ``subagent.run`` when wired, ``hooks.dispatch_hook_agent_turn`` when wired and the plugin is ``bundled`` or
@@ -67,6 +67,7 @@ from clawstack.gateway.plugins.complete import SUBAGENT_COMPLETE, SubagentComple
 from clawstack.gateway.plugins.hook_dispatch import HOOK_AGENT_TURNS, HookDispatcher, PluginHooks
 from clawstack.gateway.plugins.hooks import HookRegistry
 from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, COMMAND_CAPABILITY, LIST_CAPABILITY
+from clawstack.gateway.plugins.profiles import PROFILES_CAPABILITY, PluginAgent
 from clawstack.gateway.plugins.store import PLUGIN_STORE, PluginStore, PluginStoreSpace
 from clawstack.gateway.plugins.subagent import SUBAGENT_RUN, PluginSubagent, SubagentRunner
 from clawstack.gateway.tools import ToolRegistry
@@ -459,9 +460,12 @@ class PluginLoader:
             else source_identity
         )
         lifetime = PluginLifetime(manifest.id)
+        native_host = self.hooks.native_host
+        profiles = manifest.contracts.subagent_profiles if native_host is not None else ()
+        capabilities = self.capabilities_for(entry.trust) | ({PROFILES_CAPABILITY} if profiles else set())
         runtime = PluginRuntime(
             lifetime,
-            self.capabilities_for(entry.trust),
+            capabilities,
             PluginSubagent(manifest.id, lifetime, self._completer, self._runner),
             PluginHooks(manifest.id, entry.trust, lifetime, self._hook_dispatcher),
         )
@@ -473,6 +477,13 @@ class PluginLoader:
             supported_command_capabilities=frozenset({"subagents"})
             if self.hooks.native_host is not None
             else frozenset(),
+            agent=PluginAgent(
+                manifest.id,
+                directory,
+                lifetime,
+                profiles,
+                None if native_host is None else native_host.profiles,
+            ),
             commands=self.commands,
             tools=self.tools,
             hooks=self.hooks,
@@ -553,12 +564,6 @@ def contract_warnings(contracts: PluginContracts) -> tuple[str, ...]:
         warnings.append(
             f"contracts.commandRuntimeCapabilities: {unknown} are not command runtime capabilities (known:"
             f" {list(COMMAND_RUNTIME_CAPABILITIES)}); a command asking for them is refused"
-        )
-    if contracts.subagent_profiles:
-        warnings.append(
-            "contracts.subagentProfiles: not supported yet (subagent profiles are not available on this gateway);"
-            f" the declared profiles {list(contracts.subagent_profiles)} are refused and the plugin gets no"
-            " profile surface"
         )
     return tuple(warnings)
 

@@ -33,8 +33,14 @@ camelCase, with ``runtime: "subagent"``, ``mode: "run"`` and the ``requestId``):
 the runtime, the run mode, the request id, or one that removes ``blind``, is refused before any child exists
 (``native_rewrite_refused``). The replay identity is the spawn's own arguments, before any rewrite.
 
-Not built yet, and refused by name (:class:`NativeUnsupportedError`): ``profile``, ``output_schema``, a
-``fast_mode`` other than ``"auto"``.
+``profile`` selects a subagent profile this plugin instance registered (:mod:`clawstack.gateway.plugins.profiles`):
+its instructions are added to the child's system prompt and its denies narrow the child's tools, and the child
+records ``subagentProfile``. ``output_schema`` (or the profile's, which a spawn cannot replace) is enforced by the
+collector: a ``done`` child whose answer is not one JSON document matching it is collected ``failed`` with the
+reason, its text still in ``result``; a matching one comes back as ``structured_output``. Neither can be removed by
+a tool hook: both are applied after the hooks ran.
+
+Not built yet, and refused by name (:class:`NativeUnsupportedError`): a ``fast_mode`` other than ``"auto"``.
 
 Errors::
 
@@ -54,8 +60,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import dataclasses
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from clawstack.common.digest import spec_digest
@@ -64,6 +73,12 @@ from clawstack.gateway.custody import COMPLETION_STATES, ChildRecord, ChildStore
 from clawstack.gateway.dispatch import Requester
 from clawstack.gateway.native import NativeChildren, Parent, SpawnRefusedError, SpawnRequest
 from clawstack.gateway.plugins.api import PluginLifetime, SubagentError
+from clawstack.gateway.plugins.profiles import (
+    ProfileRegistry,
+    SubagentProfile,
+    SubagentProfileError,
+    check_output_schema,
+)
 
 if TYPE_CHECKING:
     from clawstack.gateway.agent import AgentLoop
@@ -153,6 +168,8 @@ class NativeHost:
     authority: OperatorAuthority | None
     hooks: HookRegistry | None = None
     """Whose ``before_tool_call`` handlers see a facade spawn as a ``sessions_spawn`` call."""
+    profiles: ProfileRegistry = field(default_factory=ProfileRegistry)
+    """The plugin instances' subagent profiles."""
 
     def allows_spawning(self, agent_id: str) -> bool:
         """Whether ``agent_id``'s tool policy has both ``sessions_spawn`` and ``agents_wait`` on its surface."""
@@ -275,10 +292,8 @@ class NativeFacade:
     ) -> dict[str, Any]:
         """Spawn a native child for this invocation's requester; ``{run_id, child_session_key, request_id,
         selection}``."""
-        if profile is not None:
-            raise NativeUnsupportedError("profile: subagent profiles are not supported by this gateway yet")
-        if output_schema is not None:
-            raise NativeUnsupportedError("output_schema: structured output is not supported by this gateway yet")
+        chosen = self._profile(profile)
+        schema = self._schema(chosen, output_schema)
         if fast_mode not in (None, "auto"):
             raise NativeUnsupportedError('fast_mode: only "auto" (the host default) is supported by this gateway')
         if not isinstance(task, str) or not task.strip():
@@ -297,9 +312,20 @@ class NativeFacade:
         }
         if blind:
             requested["blind"] = True
-        digest = spec_digest({"task": task, "label": label, **{k: str(v) for k, v in requested.items()}})
+        if chosen is not None:
+            requested["profile"] = chosen.id
+        digest = spec_digest(
+            {
+                "task": task,
+                "label": label,
+                "output_schema": None if output_schema is None else dict(output_schema),
+                **{k: str(v) for k, v in requested.items()},
+            }
+        )
         if request_id is None:
-            return await self._spawn(task, None, label, model, thinking, context, blind, digest, requested)
+            return await self._spawn(
+                task, None, label, model, thinking, context, blind, digest, requested, chosen, schema
+            )
         lock = self._replays.setdefault(request_id, asyncio.Lock())
         async with lock:  # one spawn per request id at a time, so a concurrent replay never makes a second child
             self._check(_SPAWN_TOOLS)
@@ -313,7 +339,9 @@ class NativeFacade:
                         "request_id was used in this turn with other arguments; use a new request_id"
                     )
                 return _accepted(record, request_id, requested)
-            return await self._spawn(task, request_id, label, model, thinking, context, blind, digest, requested)
+            return await self._spawn(
+                task, request_id, label, model, thinking, context, blind, digest, requested, chosen, schema
+            )
 
     async def _spawn(
         self,
@@ -326,21 +354,35 @@ class NativeFacade:
         blind: bool,
         digest: str,
         requested: dict[str, Any],
+        profile: SubagentProfile | None,
+        schema: Mapping[str, Any] | None,
     ) -> dict[str, Any]:
         surface = self._check(_SPAWN_TOOLS)
         parent = await self._parent(surface)
-        request = await self._through_hooks(
+        hooked = await self._through_hooks(
             SpawnRequest(task=task, label=label, model=model, thinking=thinking, context=context, blind=blind),
             request_id,
             digest,
             surface,
         )
+        # What a profile and a schema add is the host's, after the hooks: no hook can remove or replace it.
+        request = dataclasses.replace(
+            hooked,
+            instructions=_instructions(profile, schema),
+            tools_deny=() if profile is None else profile.tools_deny,
+            profile_record=None if profile is None else profile.record(),
+        )
         await self._record_input()  # the host commits the turn's actual input before any child exists
         self._check(_SPAWN_TOOLS)
         try:
-            receipt = await self._host.natives.spawn(
-                parent, request, plugin=PluginOwner(self.plugin_id, request_id, digest)
+            owner = PluginOwner(
+                self.plugin_id,
+                request_id,
+                digest,
+                output_schema=schema,
+                profile=None if profile is None else profile.record(),
             )
+            receipt = await self._host.natives.spawn(parent, request, plugin=owner)
         except SpawnRefusedError as exc:
             raise NativeRefusedError(exc.message) from exc
         run_id = str(receipt["runId"])
@@ -350,6 +392,27 @@ class NativeFacade:
         record = await asyncio.to_thread(self._host.children.get, run_id)
         assert record is not None  # recorded before its run started
         return _accepted(record, request_id, requested)
+
+    def _profile(self, profile: object) -> SubagentProfile | None:
+        if profile is None:
+            return None
+        if not isinstance(profile, str) or not profile:
+            raise NativeArgumentError("profile must be the id of a profile this plugin registered")
+        found = self._host.profiles.get(self._lifetimes[-1], self.plugin_id, profile)
+        if found is None:
+            raise NativeArgumentError(f"profile {profile[:64]!r} is not a profile this plugin registered")
+        return found
+
+    @staticmethod
+    def _schema(profile: SubagentProfile | None, output_schema: object) -> Mapping[str, Any] | None:
+        if output_schema is None:
+            return None if profile is None else profile.output_schema
+        if profile is not None and profile.output_schema is not None:
+            raise NativeArgumentError("the profile's output schema cannot be replaced by the spawn's output_schema")
+        try:
+            return check_output_schema(output_schema, "output_schema")
+        except SubagentProfileError as exc:
+            raise NativeArgumentError(exc.message) from exc
 
     async def _through_hooks(
         self, request: SpawnRequest, request_id: str | None, digest: str, surface: tuple[str, ...]
@@ -435,9 +498,16 @@ class NativeFacade:
                 break
             await self._host.natives.wait(parent, list(state["pending"]), None)
             self._check(("agents_wait",))
-        records = [await asyncio.to_thread(self._host.children.get, run_id) for run_id in wanted]
-        results = [_result(record) for record in records if record is not None and record.completion is not None]
-        pending = [record.run_id for record in records if record is not None and record.completion is None]
+        results, pending = [], []
+        for run_id in wanted:
+            record = await asyncio.to_thread(self._host.children.get, run_id)
+            owner = await asyncio.to_thread(self._host.children.plugin_owner, run_id)
+            if record is None or owner is None:
+                continue
+            if record.completion is None:
+                pending.append(run_id)
+            else:
+                results.append(_result(record, owner))
         return {"results": results, "pending": pending}
 
     async def _own(self, parent: Parent, run_id: str) -> ChildRecord:
@@ -480,15 +550,50 @@ def _accepted(record: ChildRecord, request_id: str | None, requested: dict[str, 
     }
 
 
-def _result(record: ChildRecord) -> dict[str, Any]:
+def _instructions(profile: SubagentProfile | None, schema: Mapping[str, Any] | None) -> str | None:
+    parts = [] if profile is None else [profile.instructions]
+    if schema is not None:
+        parts.append(
+            "Your final answer must be exactly one JSON document, with nothing before or after it, that "
+            f"matches this JSON schema:\n{json.dumps(schema, sort_keys=True)}"
+        )
+    return "\n\n".join(parts) if parts else None
+
+
+def _structured(text: str | None, schema: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The answer as the JSON document ``schema`` describes, or ``(None, why not)``: text alone is no result."""
+    import jsonschema  # type: ignore[import-untyped]  # imported here: only a schema needs it
+
+    body = (text or "").strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*\n(.*)\n```", body, re.DOTALL)
+    if fenced is not None:
+        body = fenced.group(1).strip()
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None, "the answer is not the JSON document the output schema asks for"
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if error is not None:
+        where = "/".join(str(part) for part in error.absolute_path) or "(the document)"
+        return None, f"the answer does not match the output schema at {where}: {error.message}"[:1000]
+    return document, None
+
+
+def _result(record: ChildRecord, owner: PluginOwner) -> dict[str, Any]:
     assert record.completion in COMPLETION_STATES
+    status, error, structured = record.completion, record.error, None
+    if owner.output_schema is not None and status == "done":
+        structured, failure = _structured(record.result, owner.output_schema)
+        if failure is not None:
+            status, error = "failed", failure
     return {
         "run_id": record.run_id,
-        "status": record.completion,
+        "status": status,
         "result": record.result,
         "result_truncated": record.result_truncated,
-        "structured_output": None,
-        "error": record.error,
+        "structured_output": structured,
+        "error": error,
         "selection": {"requested": {}, "resolved": {"model": record.model}},
     }
 

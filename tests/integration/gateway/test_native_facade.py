@@ -21,7 +21,7 @@ import pytest
 
 from clawstack.gateway.config import parse_config
 from clawstack.gateway.plugins.api import PluginRetiredError
-from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, LIST_CAPABILITY
+from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, LIST_CAPABILITY, NativeError
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, config_document, connected
@@ -333,3 +333,48 @@ async def test_tool_hooks_see_a_native_spawn_and_may_block_or_rewrite_it(gateway
     assert first == {"task": "HOOK-BLOCK", "runtime": "subagent", "mode": "run"}
     assert module.captured["spawn_events"][1]["requestId"] == "hooked"
     assert child_calls(gateway.fake) == 1
+
+
+async def test_a_revoked_requester_authority_ends_the_facade(gateway: Gateway) -> None:
+    from clawstack.gateway.authority import ChannelIdentity, OperatorAuthority, OperatorEntry
+    from clawstack.gateway.dispatch import Requester
+    from clawstack.gateway.plugins.api import PluginLifetime
+    from clawstack.gateway.plugins.native_facade import NativeHost
+
+    server = gateway.server
+    alice = Requester("agent:main:channel:webhook:alice", "main", "webhook", True, sender_id="alice", operator="ops")
+    authority = OperatorAuthority(
+        [OperatorEntry("ops", frozenset({"operator.admin"}), frozenset({ChannelIdentity("webhook", "alice")}))],
+        allow_from={"webhook": ["alice"]},
+    )
+    host = NativeHost(
+        server._natives,
+        server._children,
+        server.store,
+        server._agent,
+        server._config,
+        authority,
+    )
+    await asyncio.to_thread(server.store.get_or_create, alice.session_key, agent_id="main")
+
+    async def recorded() -> None:
+        return None
+
+    facade = host.facade(
+        "reviewer", (PluginLifetime("reviewer"),), alice, parent_run_id="turn-a", record_input=recorded
+    )
+    assert facade is not None
+    accepted = await facade.spawn(task="@fake delay-ms: 3000\n@fake reply: late")
+    assert authority.retained(accepted["run_id"]) is not None  # the child works under alice's authority
+    authority.set_roles("ops", ["operator.write"])  # demoted
+    for call in (facade.list(), facade.spawn(task="@fake reply: refused"), facade.collect(ids=[accepted["run_id"]])):
+        with pytest.raises(NativeError) as caught:
+            await call
+        assert caught.value.code == "native_authority_revoked"
+    unauthenticated = Requester(alice.session_key, "main", "webhook", False, sender_id="mallory")
+    assert (
+        host.facade(
+            "reviewer", (PluginLifetime("reviewer"),), unauthenticated, parent_run_id="t", record_input=recorded
+        )
+        is None
+    )

@@ -42,18 +42,7 @@ a tool hook: both are applied after the hooks ran.
 
 Not built yet, and refused by name (:class:`NativeUnsupportedError`): a ``fast_mode`` other than ``"auto"``.
 
-Errors::
-
-    SubagentError                       (clawstack.gateway.plugins.api)
-     └── NativeError                    native_error
-          ├── NativeArgumentError       native_invalid_argument    a bad argument (nothing happened)
-          ├── NativeUnsupportedError    native_unsupported         a spawn option this gateway does not offer
-          ├── NativeToolDeniedError     native_tool_denied         the requester's tool policy denies the call
-          ├── NativeAuthorityError      native_authority_revoked   the requester's operator authority ended
-          ├── NativeRequestConflictError native_request_conflict   a request_id reused with other arguments
-          ├── NativeNotOwnerError       native_not_owner           an id this plugin and parent do not own
-          ├── NativeRefusedError        native_spawn_refused       the spawn policy or a tool hook refused it
-          └── NativeRewriteError        native_rewrite_refused     a tool hook rewrote what a native spawn keeps
+Errors are in :mod:`clawstack.gateway.plugins.native_errors`.
 """
 
 from __future__ import annotations
@@ -61,18 +50,28 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import json
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from clawstack.common.digest import spec_digest
 from clawstack.gateway.authority import AuthorityAssertion, AuthorityError, OperatorAuthority
-from clawstack.gateway.custody import COMPLETION_STATES, ChildRecord, ChildStore, PluginOwner
+from clawstack.gateway.custody import ChildRecord, ChildStore, PluginOwner
 from clawstack.gateway.dispatch import Requester
 from clawstack.gateway.native import NativeChildren, Parent, SpawnRefusedError, SpawnRequest
-from clawstack.gateway.plugins.api import PluginLifetime, SubagentError
+from clawstack.gateway.plugins.api import PluginLifetime
+from clawstack.gateway.plugins.native_answers import accepted, child_instructions, collected, list_entry
+from clawstack.gateway.plugins.native_errors import (
+    NativeArgumentError,
+    NativeAuthorityError,
+    NativeError,
+    NativeNotOwnerError,
+    NativeRefusedError,
+    NativeRequestConflictError,
+    NativeRewriteError,
+    NativeToolDeniedError,
+    NativeUnsupportedError,
+)
 from clawstack.gateway.plugins.profiles import (
     ProfileRegistry,
     SubagentProfile,
@@ -113,42 +112,6 @@ MAX_LIST: Final = 200
 LIST_STATUSES: Final = ("done", "failed", "killed", "timeout", "queued", "running", "interrupted", "terminal")
 DEFAULT_COLLECT_S: Final = 30.0
 _SPAWN_TOOLS: Final = ("sessions_spawn", "agents_wait")
-
-
-class NativeError(SubagentError):
-    code = "native_error"
-
-
-class NativeArgumentError(NativeError):
-    code = "native_invalid_argument"
-
-
-class NativeUnsupportedError(NativeError):
-    code = "native_unsupported"
-
-
-class NativeToolDeniedError(NativeError):
-    code = "native_tool_denied"
-
-
-class NativeAuthorityError(NativeError):
-    code = "native_authority_revoked"
-
-
-class NativeRequestConflictError(NativeError):
-    code = "native_request_conflict"
-
-
-class NativeNotOwnerError(NativeError):
-    code = "native_not_owner"
-
-
-class NativeRefusedError(NativeError):
-    code = "native_spawn_refused"
-
-
-class NativeRewriteError(NativeError):
-    code = "native_rewrite_refused"
 
 
 RecordInput = Callable[[], Awaitable[None]]
@@ -338,7 +301,7 @@ class NativeFacade:
                     raise NativeRequestConflictError(
                         "request_id was used in this turn with other arguments; use a new request_id"
                     )
-                return _accepted(record, request_id, requested)
+                return accepted(record, request_id, requested)
             return await self._spawn(
                 task, request_id, label, model, thinking, context, blind, digest, requested, chosen, schema
             )
@@ -368,7 +331,7 @@ class NativeFacade:
         # What a profile and a schema add is the host's, after the hooks: no hook can remove or replace it.
         request = dataclasses.replace(
             hooked,
-            instructions=_instructions(profile, schema),
+            instructions=child_instructions(profile, schema),
             tools_deny=() if profile is None else profile.tools_deny,
             profile_record=None if profile is None else profile.record(),
         )
@@ -391,7 +354,7 @@ class NativeFacade:
             self._host.authority.retain(run_id, self._assertion)
         record = await asyncio.to_thread(self._host.children.get, run_id)
         assert record is not None  # recorded before its run started
-        return _accepted(record, request_id, requested)
+        return accepted(record, request_id, requested)
 
     def _profile(self, profile: object) -> SubagentProfile | None:
         if profile is None:
@@ -507,7 +470,7 @@ class NativeFacade:
             if record.completion is None:
                 pending.append(run_id)
             else:
-                results.append(_result(record, owner))
+                results.append(collected(record, owner))
         return {"results": results, "pending": pending}
 
     async def _own(self, parent: Parent, run_id: str) -> ChildRecord:
@@ -534,77 +497,4 @@ class NativeFacade:
             limit=MAX_LIST,
         )
         self._check(("agents_wait",))
-        return [_entry(record, request_id) for record, request_id in rows]
-
-
-def _status(record: ChildRecord) -> str:
-    return record.completion if record.completion is not None else record.execution
-
-
-def _accepted(record: ChildRecord, request_id: str | None, requested: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "run_id": record.run_id,
-        "child_session_key": record.child_key,
-        "request_id": request_id,
-        "selection": {"requested": requested, "resolved": {"model": record.model}},
-    }
-
-
-def _instructions(profile: SubagentProfile | None, schema: Mapping[str, Any] | None) -> str | None:
-    parts = [] if profile is None else [profile.instructions]
-    if schema is not None:
-        parts.append(
-            "Your final answer must be exactly one JSON document, with nothing before or after it, that "
-            f"matches this JSON schema:\n{json.dumps(schema, sort_keys=True)}"
-        )
-    return "\n\n".join(parts) if parts else None
-
-
-def _structured(text: str | None, schema: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """The answer as the JSON document ``schema`` describes, or ``(None, why not)``: text alone is no result."""
-    import jsonschema  # type: ignore[import-untyped]  # imported here: only a schema needs it
-
-    body = (text or "").strip()
-    fenced = re.fullmatch(r"```(?:json)?\s*\n(.*)\n```", body, re.DOTALL)
-    if fenced is not None:
-        body = fenced.group(1).strip()
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None, "the answer is not the JSON document the output schema asks for"
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is not None:
-        where = "/".join(str(part) for part in error.absolute_path) or "(the document)"
-        return None, f"the answer does not match the output schema at {where}: {error.message}"[:1000]
-    return document, None
-
-
-def _result(record: ChildRecord, owner: PluginOwner) -> dict[str, Any]:
-    assert record.completion in COMPLETION_STATES
-    status, error, structured = record.completion, record.error, None
-    if owner.output_schema is not None and status == "done":
-        structured, failure = _structured(record.result, owner.output_schema)
-        if failure is not None:
-            status, error = "failed", failure
-    return {
-        "run_id": record.run_id,
-        "status": status,
-        "result": record.result,
-        "result_truncated": record.result_truncated,
-        "structured_output": structured,
-        "error": error,
-        "selection": {"requested": {}, "resolved": {"model": record.model}},
-    }
-
-
-def _entry(record: ChildRecord, request_id: str | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "run_id": record.run_id,
-        "child_session_key": record.child_key,
-        "request_id": request_id,
-        "status": _status(record),
-    }
-    if record.label is not None:
-        entry["label"] = record.label
-    return entry
+        return [list_entry(record, request_id) for record, request_id in rows]

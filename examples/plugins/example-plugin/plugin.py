@@ -9,8 +9,11 @@
   external content; needs ``trust: "trusted"`` or ``"bundled"``.
 * ``/remember TEXT`` and ``/recall``: ``api.store``, the plugin's durable key-value space (it survives a
   gateway restart and a plugin reload).
-* ``/review``: a command that asks for the ``subagents`` command runtime capability and probes
-  ``ctx.runtime_context.subagents`` at invocation (absent on this gateway, so it says so).
+* ``/review CHANGE``, ``/trial TASK``, ``/reviews``: command-scoped native children
+  (``ctx.runtime_context.subagents``). ``/review`` spawns a child with the plugin's ``reviewer`` subagent profile
+  (instructions from ``agents/reviewer.md``, no write tools, a JSON output schema the collector enforces) and
+  reports its findings; ``/trial`` runs a blind child (its prompt does not say which model or where it runs);
+  ``/reviews`` recovers this session's children through ``list``.
 * A ``before_dispatch`` hook: a chat message starting ``delegate:`` is handed to a tool-less subagent whose
   answer is delivered back to the requester with ``completion_delivery="current-requester"``.
 * A ``before_tool_call`` hook on its own tool: trims the note and refuses one longer than
@@ -140,13 +143,32 @@ def register(api: PluginApi) -> None:
         native = ctx.runtime_context.subagents
         if native is None:
             return "Native review is unavailable for this request."
-        # One native child per command; a later /review collects a child that outlived its command.
-        child = await native.spawn(task=ctx.args or "Review the latest change.", context="isolated")
+        child = await native.spawn(task=ctx.args or "Review the latest change.", profile="reviewer")
         collected = await native.collect(ids=[child["run_id"]], timeout_seconds=30)
         if collected["pending"]:
-            return f"Review {child['run_id']} is still running."
+            return f"Review {child['run_id']} is still running; /reviews shows it."
         result = collected["results"][0]
-        return result["result"] if result["status"] == "done" else f"Review {result['status']}: {result['error']}"
+        if result["status"] != "done":
+            return f"Review {result['status']}: {result['error']}"
+        findings = result["structured_output"]["findings"]
+        return "Findings: " + "; ".join(findings) if findings else "No findings."
+
+    async def trial(ctx: CommandContext) -> str:
+        native = ctx.runtime_context.subagents
+        if native is None or "native-subagent-blind-v1" not in api.runtime.capabilities:
+            return "A blind trial is unavailable for this request."
+        child = await native.spawn(task=ctx.args or "Solve the frozen task.", context="isolated", blind=True)
+        collected = await native.collect(ids=[child["run_id"]], await_results=True)
+        return str(collected["results"][0]["result"])
+
+    async def reviews(ctx: CommandContext) -> str:
+        native = ctx.runtime_context.subagents
+        if native is None:
+            return "Native reviews are unavailable for this request."
+        children = await native.list()
+        if not children:
+            return "No native children in this session."
+        return "; ".join(f"{child['run_id']} {child['status']}" for child in children)
 
     async def check_note(event: BeforeToolCallEvent) -> BeforeToolCallResult | None:
         text = str(event.params.get("text", "")).strip()
@@ -177,9 +199,23 @@ def register(api: PluginApi) -> None:
     api.register_command("mail", mail, description="Handle an e-mail as a hook turn", accepts_args=True)
     api.register_command("remember", remember, description="Remember a line", accepts_args=True)
     api.register_command("recall", recall, description="Recall what was remembered")
-    api.register_command(
-        "review", review, description="Launch a native review", accepts_args=True, runtime_capabilities=["subagents"]
-    )
+    native = {"accepts_args": True, "runtime_capabilities": ["subagents"]}
+    api.register_command("review", review, description="Review a change with the reviewer profile", **native)
+    api.register_command("trial", trial, description="Run a blind trial", **native)
+    api.register_command("reviews", reviews, description="List this session's native children", **native)
+    if api.agent is not None and api.agent.register_subagent_profile is not None:
+        api.agent.register_subagent_profile(
+            id="reviewer",
+            description="Review a change without editing files",
+            instructions_file="agents/reviewer.md",
+            tools={"deny": ["write", "edit", "exec"]},
+            output_schema={
+                "type": "object",
+                "properties": {"findings": {"type": "array", "items": {"type": "string"}}},
+                "required": ["findings"],
+                "additionalProperties": False,
+            },
+        )
     api.register_hook("before_dispatch", delegate)
     api.register_hook("before_tool_call", check_note, matcher=["example_take_note"])
     api.register_hook("after_tool_call", log_note, matcher=["example_take_note"])

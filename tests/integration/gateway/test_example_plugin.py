@@ -72,10 +72,25 @@ async def test_the_example_plugin_loads(server: GatewayServer) -> None:
     assert plugins["hello"].state == "loaded"
 
 
-async def test_review_runs_a_native_child_and_collects_it(client: Client, fake: FakeModelServer) -> None:
-    assert await say(client, "/review the parser change\n@fake reply: LGTM, one nit.", "v1") == "LGTM, one nit."
-    (request,) = [r for r in fake.requests if r.path.endswith("/chat/completions")]
-    assert "the parser change" in json.dumps(request.body["messages"])
+async def test_review_trial_and_reviews_use_command_scoped_native_children(
+    client: Client, fake: FakeModelServer
+) -> None:
+    answer = await say(client, '/review the parser change\n@fake reply: {"findings": ["the loop never ends"]}', "v1")
+    assert answer == "Findings: the loop never ends"
+    review_request = [r for r in fake.requests if r.path.endswith("/chat/completions")][-1]
+    system = str(review_request.body["messages"][0]["content"])
+    assert "You review a proposed change" in system  # the reviewer profile's instructions
+    assert {"write", "edit", "exec"}.isdisjoint(
+        tool["function"]["name"] for tool in review_request.body.get("tools", [])
+    )
+    assert await say(client, "/review again\n@fake reply: looks fine", "v2") == (
+        "Review failed: the answer is not the JSON document the output schema asks for"
+    )
+    assert await say(client, "/trial the frozen task\n@fake reply: 42", "v3") == "42"
+    trial_request = [r for r in fake.requests if r.path.endswith("/chat/completions")][-1]
+    assert "agent:main:main" not in json.dumps(trial_request.body["messages"])  # a blind child
+    listed = await say(client, "/reviews", "v4")
+    assert listed.count(" done") == 3
 
 
 async def test_summarize_uses_the_allowed_model(client: Client, fake: FakeModelServer) -> None:

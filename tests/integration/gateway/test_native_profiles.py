@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from clawstack.gateway.plugins.api import PluginRetiredError
 from clawstack.gateway.plugins.profiles import PROFILES_CAPABILITY
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer
@@ -219,3 +220,20 @@ async def test_schemas_cannot_be_replaced_and_profiles_are_the_plugins_own(gatew
     )
     assert foreign == [{"error": "native_invalid_argument"}, {"error": "native_invalid_argument"}]
     assert len(child_requests(gateway.fake)) == 1
+
+
+async def test_a_reload_adopts_new_instructions_and_retires_the_old_registration(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    old_register = captured("native")["register"]
+    instructions = tmp_path / "plugins" / "profiled" / "agents" / "plain.md"
+    instructions.write_text("SECOND EDITION\n")
+    await gateway.steps(spawn("@fake reply: before", profile="plain"), collect("$0", await_results=True))
+    gateway.server._plugins.reload("profiled")
+    await gateway.steps(spawn("@fake reply: after", profile="plain"), collect("$0", await_results=True))
+    before, after = (str(r.body["messages"][0]["content"]) for r in child_requests(gateway.fake))
+    assert "Plain profile words." in before
+    assert "SECOND EDITION" not in before  # captured at the first registration
+    assert "SECOND EDITION" in after  # the reloaded instance captured the file anew
+    with pytest.raises(PluginRetiredError):
+        old_register(id="plain", description="d", instructions_file="agents/plain.md")

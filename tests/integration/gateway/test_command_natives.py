@@ -18,6 +18,7 @@ from clawstack.gateway.plugins.native_facade import COMMAND_CAPABILITY
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer
 from tests.integration.gateway.test_native_facade import KEY, WAIT_S, make_config
+from tests.integration.gateway.test_subagent_complete import wait_until
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, connected
 
 PLUGIN = """
@@ -159,6 +160,32 @@ async def test_a_tool_policy_without_the_collector_means_no_facade(tmp_path: Pat
     server, client, http = await open_gateway(tmp_path, fake, tools={"deny": ["sessions_spawn"]})
     try:
         assert await Gateway(server, client).command("/review " + steps()) == "unavailable"
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()
+
+
+async def test_stop_aborts_a_command_waiting_on_its_children(tmp_path: Path, fake: FakeModelServer) -> None:
+    server, client, http = await open_gateway(tmp_path, fake)
+    try:
+        spawn = {"op": "spawn", "args": {"task": "@fake delay-ms: 20000\n@fake reply: late"}}
+        join = {"op": "collect", "args": {"ids": ["$0"], "await_results": True}}
+        sent = await client.request(
+            "chat.send", {"sessionKey": KEY, "message": "/review " + steps(spawn, join), "idempotencyKey": "long"}
+        )
+        assert sent["ok"], sent
+        run_id = sent["payload"]["runId"]
+        await wait_until(lambda: bool(module().captured.get("natives")), steps=100_000)
+        started = asyncio.get_running_loop().time()
+        stop = await client.request("chat.send", {"sessionKey": KEY, "message": "/stop", "idempotencyKey": "stop"})
+        assert stop["ok"], stop
+        async with asyncio.timeout(WAIT_S):
+            ended = await client.wait_for_chat(run_id, "aborted", "final", "error")
+        assert ended["payload"]["state"] == "aborted"
+        assert asyncio.get_running_loop().time() - started < 10  # not the child's 20 s
+        with pytest.raises(PluginRetiredError):
+            await module().captured["natives"][-1].list()
     finally:
         await client.ws.close()
         await http.close()

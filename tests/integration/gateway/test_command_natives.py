@@ -17,7 +17,7 @@ from clawstack.gateway.plugins.api import PluginRetiredError
 from clawstack.gateway.plugins.native_facade import COMMAND_CAPABILITY
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer
-from tests.integration.gateway.test_native_facade import KEY, WAIT_S, make_config
+from tests.integration.gateway.test_native_facade import KEY, WAIT_S, Gateway, make_config
 from tests.integration.gateway.test_subagent_complete import wait_until
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, connected
 
@@ -76,22 +76,6 @@ async def fake() -> AsyncIterator[FakeModelServer]:
         yield server
 
 
-class Gateway:
-    def __init__(self, server: GatewayServer, client: Client) -> None:
-        self.server, self.client = server, client
-        self._n = 0
-
-    async def command(self, text: str) -> str:
-        self._n += 1
-        sent = await self.client.request(
-            "chat.send", {"sessionKey": KEY, "message": text, "idempotencyKey": f"c{self._n}"}
-        )
-        assert sent["ok"], sent
-        async with asyncio.timeout(WAIT_S):
-            final = await self.client.wait_for_chat(sent["payload"]["runId"], "final", "error")
-        return str(final["payload"]["message"]["content"][0]["text"])
-
-
 async def open_gateway(tmp_path: Path, fake: FakeModelServer, **extra: Any) -> tuple[GatewayServer, Client, Any]:
     config = make_config(tmp_path, fake.base_url, **extra)
     server = GatewayServer(config, data_dir=tmp_path / "data", plugin_paths=[write_plugin(tmp_path / "plugins")])
@@ -111,13 +95,13 @@ def steps(*items: dict[str, Any]) -> str:
 async def test_an_owners_command_spawns_and_collects(tmp_path: Path, fake: FakeModelServer) -> None:
     server, client, http = await open_gateway(tmp_path, fake)
     try:
-        gateway = Gateway(server, client)
+        gateway = Gateway(server, fake, client)
         record = {p.id: p for p in server.plugins}["commander"]
         assert record.api is not None
         assert COMMAND_CAPABILITY in record.api.runtime.capabilities
         spawn = {"op": "spawn", "args": {"task": "@fake reply: reviewed", "request_id": "review"}}
         collect = {"op": "collect", "args": {"ids": ["$0"], "await_results": True}}
-        accepted, collected = json.loads(await gateway.command("/review " + steps(spawn, collect)))
+        accepted, collected = json.loads(await gateway.say("/review " + steps(spawn, collect)))
         assert accepted["request_id"] == "review"
         assert collected["results"][0]["result"] == "reviewed"
         # The command text is the turn's input, recorded once; the reply adds only the response.
@@ -126,7 +110,7 @@ async def test_an_owners_command_spawns_and_collects(tmp_path: Path, fake: FakeM
         assert [m["role"] for m in messages] == ["user", "assistant"]
         # A later command in the same parent incarnation lists and collects what the first one accepted.
         listed, again = json.loads(
-            await gateway.command(
+            await gateway.say(
                 "/review "
                 + steps({"op": "list"}, {"op": "collect", "args": {"ids": [accepted["run_id"]], "timeout_seconds": 0}})
             )
@@ -146,9 +130,9 @@ async def test_an_owners_command_spawns_and_collects(tmp_path: Path, fake: FakeM
 async def test_commands_without_the_capability_or_auth_get_none(tmp_path: Path, fake: FakeModelServer) -> None:
     server, client, http = await open_gateway(tmp_path, fake)
     try:
-        gateway = Gateway(server, client)
-        assert await gateway.command("/open-review " + steps()) == "unavailable"
-        assert await gateway.command("/plain " + steps()) == "unavailable"
+        gateway = Gateway(server, fake, client)
+        assert await gateway.say("/open-review " + steps()) == "unavailable"
+        assert await gateway.say("/plain " + steps()) == "unavailable"
     finally:
         await client.ws.close()
         await http.close()
@@ -159,7 +143,7 @@ async def test_commands_without_the_capability_or_auth_get_none(tmp_path: Path, 
 async def test_a_tool_policy_without_the_collector_means_no_facade(tmp_path: Path, fake: FakeModelServer) -> None:
     server, client, http = await open_gateway(tmp_path, fake, tools={"deny": ["sessions_spawn"]})
     try:
-        assert await Gateway(server, client).command("/review " + steps()) == "unavailable"
+        assert await Gateway(server, fake, client).say("/review " + steps()) == "unavailable"
     finally:
         await client.ws.close()
         await http.close()

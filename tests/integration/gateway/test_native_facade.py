@@ -97,8 +97,8 @@ class Gateway:
         self.server, self.fake, self.client = server, fake, client
         self._n = 0
 
-    async def turn(self, message: str) -> Any:
-        """Send ``message`` as a chat turn and return the plugin's reply, parsed."""
+    async def say(self, message: str) -> str:
+        """Send ``message`` as a chat turn and return the reply's text."""
         self._n += 1
         sent = await self.client.request(
             "chat.send", {"sessionKey": KEY, "message": message, "idempotencyKey": f"t{self._n}"}
@@ -106,7 +106,11 @@ class Gateway:
         assert sent["ok"], sent
         async with asyncio.timeout(WAIT_S):
             final = await self.client.wait_for_chat(sent["payload"]["runId"], "final", "error")
-        return json.loads(final["payload"]["message"]["content"][0]["text"])
+        return str(final["payload"]["message"]["content"][0]["text"])
+
+    async def turn(self, message: str) -> Any:
+        """Send ``message`` as a chat turn and return the plugin's reply, parsed."""
+        return json.loads(await self.say(message))
 
     async def steps(self, *steps: dict[str, Any], prefix: str = "native") -> list[dict[str, Any]]:
         answers: list[dict[str, Any]] = await self.turn(f"{prefix}:" + json.dumps({"steps": list(steps)}))

@@ -70,7 +70,7 @@ _SCHEMA: Final = (
     # Version 2: the plugin that accepted a child through its native facade, captured by the host with the child.
     """CREATE TABLE IF NOT EXISTS plugin_children (
         run_id TEXT PRIMARY KEY REFERENCES children (run_id), plugin_id TEXT NOT NULL, request_id TEXT,
-        request_digest TEXT NOT NULL, output_schema TEXT, profile TEXT)""",
+        request_digest TEXT NOT NULL, output_schema TEXT, profile TEXT, thinking TEXT)""",
     "CREATE INDEX IF NOT EXISTS plugin_children_request ON plugin_children (plugin_id, request_id)",
 )
 _COLUMNS: Final = (
@@ -181,13 +181,15 @@ def _record(row: Sequence[Any]) -> ChildRecord:
 class PluginOwner:
     """The plugin that accepted a child through its native facade: its id, the spawn's ``request_id`` (replay
     key within the parent turn), a digest of the spawn's arguments (a replay with other arguments is refused), the
-    output schema its collector enforces, and its ``subagentProfile`` record."""
+    output schema its collector enforces, its ``subagentProfile`` record, and the thinking level the child runs with
+    (a control of the child's own, reported as ``resolved`` in selection receipts)."""
 
     plugin_id: str
     request_id: str | None
     request_digest: str
     output_schema: Mapping[str, Any] | None = None
     profile: Mapping[str, str] | None = None
+    thinking: str | None = None
 
 
 class ChildStore:
@@ -224,8 +226,8 @@ class ChildStore:
             db.execute(f"INSERT INTO children ({_COLUMNS}) VALUES ({','.join('?' * 22)})", _row(record))
             if plugin is not None:
                 db.execute(
-                    "INSERT INTO plugin_children (run_id, plugin_id, request_id, request_digest, output_schema, profile)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO plugin_children (run_id, plugin_id, request_id, request_digest, output_schema, profile,"
+                    " thinking) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.run_id,
                         plugin.plugin_id,
@@ -233,6 +235,7 @@ class ChildStore:
                         plugin.request_digest,
                         None if plugin.output_schema is None else json.dumps(plugin.output_schema),
                         None if plugin.profile is None else json.dumps(plugin.profile),
+                        plugin.thinking,
                     ),
                 )
 
@@ -251,14 +254,15 @@ class ChildStore:
         """The plugin that accepted ``run_id`` through its native facade, or ``None`` (any other child)."""
         with self._connection(write=False) as db:
             row = db.execute(
-                "SELECT plugin_id, request_id, request_digest, output_schema, profile FROM plugin_children "
+                "SELECT plugin_id, request_id, request_digest, output_schema, profile, thinking FROM plugin_children "
                 "WHERE run_id=?",
                 (run_id,),
             ).fetchone()
         if row is None:
             return None
         schema = None if row[3] is None else json.loads(row[3])
-        return PluginOwner(str(row[0]), row[1], str(row[2]), schema, None if row[4] is None else json.loads(row[4]))
+        profile = None if row[4] is None else json.loads(row[4])
+        return PluginOwner(str(row[0]), row[1], str(row[2]), schema, profile, row[5])
 
     def plugin_children(
         self, plugin_id: str, parent_key: str, parent_session_id: str, *, status: str | None = None, limit: int

@@ -382,3 +382,14 @@ async def test_a_revoked_requester_authority_ends_the_facade(gateway: Gateway) -
         )
         is None
     )
+
+
+async def test_selection_receipts_report_the_childs_own_controls(gateway: Gateway) -> None:
+    accepted, collected = await gateway.steps(
+        spawn("@fake reply: thought", thinking="high"), collect("$0", await_results=True)
+    )
+    resolved = {"model": "fake/fake-model", "thinking": "high"}
+    assert accepted["selection"] == {"requested": {"thinking": "high"}, "resolved": resolved}
+    assert collected["results"][0]["selection"] == {"requested": {}, "resolved": resolved}
+    (request,) = [r for r in gateway.fake.requests if r.path.endswith("/chat/completions")]
+    assert request.body.get("reasoning_effort") == "high"  # the control the child actually ran with

@@ -19,12 +19,20 @@ def _status(record: ChildRecord) -> str:
     return record.completion if record.completion is not None else record.execution
 
 
-def accepted(record: ChildRecord, request_id: str | None, requested: dict[str, Any]) -> dict[str, Any]:
+def _resolved(record: ChildRecord, owner: PluginOwner | None) -> dict[str, str]:
+    """The child's own controls as the host set them (never the request's echo); unknown ones stay absent."""
+    resolved = {"model": record.model}
+    if owner is not None and owner.thinking is not None:
+        resolved["thinking"] = owner.thinking
+    return resolved
+
+
+def accepted(record: ChildRecord, owner: PluginOwner | None, requested: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": record.run_id,
         "child_session_key": record.child_key,
-        "request_id": request_id,
-        "selection": {"requested": requested, "resolved": {"model": record.model}},
+        "request_id": None if owner is None else owner.request_id,
+        "selection": {"requested": requested, "resolved": _resolved(record, owner)},
     }
 
 
@@ -72,7 +80,7 @@ def collected(record: ChildRecord, owner: PluginOwner) -> dict[str, Any]:
         "result_truncated": record.result_truncated,
         "structured_output": structured,
         "error": error,
-        "selection": {"requested": {}, "resolved": {"model": record.model}},
+        "selection": {"requested": {}, "resolved": _resolved(record, owner)},
     }
 
 

@@ -301,7 +301,8 @@ class NativeFacade:
                     raise NativeRequestConflictError(
                         "request_id was used in this turn with other arguments; use a new request_id"
                     )
-                return accepted(record, request_id, requested)
+                owner = await asyncio.to_thread(self._host.children.plugin_owner, record.run_id)
+                return accepted(record, owner, requested)
             return await self._spawn(
                 task, request_id, label, model, thinking, context, blind, digest, requested, chosen, schema
             )
@@ -344,6 +345,7 @@ class NativeFacade:
                 digest,
                 output_schema=schema,
                 profile=None if profile is None else profile.record(),
+                thinking=request.thinking,
             )
             receipt = await self._host.natives.spawn(parent, request, plugin=owner)
         except SpawnRefusedError as exc:
@@ -354,7 +356,7 @@ class NativeFacade:
             self._host.authority.retain(run_id, self._assertion)
         record = await asyncio.to_thread(self._host.children.get, run_id)
         assert record is not None  # recorded before its run started
-        return accepted(record, request_id, requested)
+        return accepted(record, owner, requested)
 
     def _profile(self, profile: object) -> SubagentProfile | None:
         if profile is None:

@@ -17,11 +17,10 @@ from clawstack.common.clock import parse_timestamp
 from clawstack.common.digest import spec_digest
 from clawstack.common.strictjson import MAX_SAFE_INTEGER, StrictJSONError, check_spec
 from clawstack.common.strictjson import loads as strict_loads
+from clawstack.runs.backends.base import INSTALLATION, RUN_ID
 from clawstack.runs.errors import RunsError
 
 MAX_BODY_BYTES: Final = 64 * 1024
-INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 SPEC_FIELDS: Final = {
     "template": str,
     "template_id": str,

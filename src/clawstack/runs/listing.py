@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Final, get_args
 
 from clawstack.common.clock import format_timestamp, parse_timestamp
-from clawstack.runs.admission import INSTALLATION, RUN_ID
+from clawstack.runs.backends.base import INSTALLATION, RUN_ID
 from clawstack.runs.errors import RunsError
 from clawstack.runs.ledger import Position, RunRecord, State
 

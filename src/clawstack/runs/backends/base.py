@@ -8,10 +8,18 @@ the supervisor can find them after a restart, and they outlive the supervisor.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypedDict
+from typing import Any, Final, Literal, Protocol, TypedDict
+
+from clawstack.common.errors import ClawError
+from clawstack.worker.contract import MAX_CONFIG_BYTES
+
+INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+MAX_ARGUMENT_BYTES: Final = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, less the terminating NUL
 
 Isolation = Literal["bubblewrap", "container", "none"]
 
@@ -105,4 +113,45 @@ class Backend(Protocol):
         ...
 
 
-__all__ = ["Backend", "Isolation", "IsolationReport", "RunLabels", "WorkerSpec", "WorkerState"]
+def check_labels(labels: RunLabels, error: type[ClawError]) -> None:
+    """``labels`` can name a run (``error`` with code ``labels_invalid`` otherwise: each backend's own root)."""
+    if INSTALLATION.fullmatch(labels.installation) is None:
+        raise error("installation must match [a-z0-9][a-z0-9-]{0,63}", code="labels_invalid")
+    if RUN_ID.fullmatch(labels.run_id) is None:
+        raise error("run_id must match [A-Za-z0-9_-]{1,128}", code="labels_invalid")
+
+
+def check_limits(spec: WorkerSpec, error: type[ClawError]) -> None:
+    """The limits and the task of ``spec`` are usable (``error`` with code ``spec_invalid`` otherwise)."""
+    for name in ("memory_bytes", "pids", "max_runtime_s"):
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise error(f"{name} must be a positive integer", code="spec_invalid")
+    if (
+        isinstance(spec.max_output_bytes, bool)
+        or not isinstance(spec.max_output_bytes, int)
+        or spec.max_output_bytes < 0
+    ):
+        raise error("max_output_bytes must be an integer, not negative", code="spec_invalid")
+    task = spec.task.encode("utf-8", "surrogateescape")
+    if b"\0" in task or len(task) > MAX_ARGUMENT_BYTES:
+        raise error(
+            f"the task must be free of NUL and at most {MAX_ARGUMENT_BYTES} bytes (one argument)", code="spec_invalid"
+        )
+    if len(spec.config) > MAX_CONFIG_BYTES:
+        raise error(f"the configuration is larger than {MAX_CONFIG_BYTES} bytes", code="spec_invalid")
+
+
+__all__ = [
+    "INSTALLATION",
+    "MAX_ARGUMENT_BYTES",
+    "RUN_ID",
+    "Backend",
+    "Isolation",
+    "IsolationReport",
+    "RunLabels",
+    "WorkerSpec",
+    "WorkerState",
+    "check_labels",
+    "check_limits",
+]

@@ -43,6 +43,7 @@ import asyncio
 import fcntl
 import os
 import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -52,7 +53,15 @@ import docker
 import docker.errors
 
 from clawstack.common.files import ensure_private_dir, fsync_dir, write_private
-from clawstack.runs.backends.base import Isolation, IsolationReport, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.base import (
+    Isolation,
+    IsolationReport,
+    RunLabels,
+    WorkerSpec,
+    WorkerState,
+    check_labels,
+    check_limits,
+)
 from clawstack.runs.backends.compose_project import (
     CONFIG_VARIABLE,
     LABEL_INSTALLATION,
@@ -66,7 +75,6 @@ from clawstack.runs.backends.compose_project import (
     project_name,
     render_project,
 )
-from clawstack.runs.backends.local import check_labels, check_limits
 from clawstack.worker.container import wrapper_digest
 
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
@@ -166,7 +174,7 @@ class ComposeBackend:
         return {"model_base_url": self._proxy_url}
 
     def run_dir(self, labels: RunLabels) -> Path:
-        check_labels(labels)
+        check_labels(labels, ComposeBackendError)
         return self._state_dir / labels.installation / labels.run_id
 
     async def pin_mismatch(self, template: Mapping[str, Any]) -> str | None:
@@ -292,7 +300,7 @@ class ComposeBackend:
     # -- spawn ----------------------------------------------------------------------------------------------------
 
     def _spawn(self, spec: WorkerSpec) -> None:
-        check_limits(spec)
+        check_limits(spec, ComposeBackendError)
         if spec.labels.pod != self._pod:
             raise ComposeBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
         if spec.image_id is None or not self._image_present(spec.image_id):
@@ -333,8 +341,6 @@ class ComposeBackend:
         extra_env: Mapping[str, str] | None = None,
         writer_lock_fd: int | None = None,
     ) -> None:
-        import subprocess
-
         run_dir = self.run_dir(labels)
         argv = [*self._compose, "--project-name", project_name(labels)]
         if args[0] == "up":
@@ -373,7 +379,7 @@ class ComposeBackend:
     # -- inspect --------------------------------------------------------------------------------------------------
 
     def _inspect(self, labels: RunLabels) -> WorkerState:
-        check_labels(labels)
+        check_labels(labels, ComposeBackendError)
         attrs = self._container(labels)
         if attrs is None:
             return WorkerState(

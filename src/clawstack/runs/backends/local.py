@@ -38,7 +38,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import re
 import secrets
 import select
 import shutil
@@ -56,7 +55,17 @@ from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir, fsync_dir
 from clawstack.pod.compile import installed_runner_digest
 from clawstack.runs.backends import monitor as _monitor
-from clawstack.runs.backends.base import Isolation, IsolationReport, RunLabels, WorkerSpec, WorkerState
+from clawstack.runs.backends.base import (
+    INSTALLATION,
+    RUN_ID,
+    Isolation,
+    IsolationReport,
+    RunLabels,
+    WorkerSpec,
+    WorkerState,
+    check_labels,
+    check_limits,
+)
 from clawstack.runs.backends.monitor import (
     EXIT_RECORD,
     HOST_CONFIG_FILE,
@@ -79,7 +88,7 @@ from clawstack.runs.backends.monitor import (
     read_json,
 )
 from clawstack.sandbox import system_mounts
-from clawstack.worker.contract import CONFIG_FILE_ENV, MAX_CONFIG_BYTES, WorkerConfigError, parse_worker_config
+from clawstack.worker.contract import CONFIG_FILE_ENV, WorkerConfigError, parse_worker_config
 
 RUNNER_ARGS: Final = ("-m", "clawstack.worker.oneshot")
 """What the interpreter runs: the one-shot runner. The task follows as ``-- TASK``."""
@@ -93,10 +102,7 @@ REMOVE_TIMEOUT_S: Final = 10.0
 
 # Run by path, not with -m, so that the monitor does not import the supervisor's package (clawstack.runs).
 _MONITOR_SCRIPT: Final = str(Path(_monitor.__file__).resolve())
-_INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-_RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _POLL_S: Final = 0.01
-_MAX_ARGUMENT_BYTES: Final = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, less the terminating NUL
 
 
 class LocalBackendError(ClawError):
@@ -115,34 +121,6 @@ class SpawnError(LocalBackendError):
     """The worker could not be started; nothing of it exists."""
 
     code = "spawn_failed"
-
-
-def check_labels(labels: RunLabels) -> None:
-    if _INSTALLATION.fullmatch(labels.installation) is None:
-        raise LocalBackendError("installation must match [a-z0-9][a-z0-9-]{0,63}", code="labels_invalid")
-    if _RUN_ID.fullmatch(labels.run_id) is None:
-        raise LocalBackendError("run_id must match [A-Za-z0-9_-]{1,128}", code="labels_invalid")
-
-
-def check_limits(spec: WorkerSpec) -> None:
-    """The limits and the task of ``spec`` are usable (``spec_invalid`` otherwise)."""
-    for name in ("memory_bytes", "pids", "max_runtime_s"):
-        value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise LocalBackendError(f"{name} must be a positive integer", code="spec_invalid")
-    if (
-        isinstance(spec.max_output_bytes, bool)
-        or not isinstance(spec.max_output_bytes, int)
-        or spec.max_output_bytes < 0
-    ):
-        raise LocalBackendError("max_output_bytes must be an integer, not negative", code="spec_invalid")
-    task = spec.task.encode("utf-8", "surrogateescape")
-    if b"\0" in task or len(task) > _MAX_ARGUMENT_BYTES:
-        raise LocalBackendError(
-            f"the task must be free of NUL and at most {_MAX_ARGUMENT_BYTES} bytes (one argument)", code="spec_invalid"
-        )
-    if len(spec.config) > MAX_CONFIG_BYTES:
-        raise LocalBackendError(f"the configuration is larger than {MAX_CONFIG_BYTES} bytes", code="spec_invalid")
 
 
 def _system_entries() -> tuple[tuple[str, str, str], ...]:
@@ -284,7 +262,7 @@ class LocalBackend:
 
     def run_dir(self, labels: RunLabels) -> Path:
         """The run's state directory (``labels_invalid`` for labels that could not name one)."""
-        check_labels(labels)
+        check_labels(labels, LocalBackendError)
         return self._state_dir / labels.installation / labels.run_id
 
     async def spawn(self, spec: WorkerSpec) -> None:
@@ -316,7 +294,7 @@ class LocalBackend:
             raise IsolationUnavailableError(
                 "bubblewrap (bwrap) was not found; install it, or accept workers without isolation explicitly"
             )
-        check_limits(spec)
+        check_limits(spec, LocalBackendError)
         if self._pod is not None and spec.labels.pod != self._pod:
             raise LocalBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
         run_dir = self.run_dir(spec.labels)
@@ -569,10 +547,10 @@ class LocalBackend:
         if not self._state_dir.is_dir():
             return found
         for installation in sorted(self._state_dir.iterdir()):
-            if not installation.is_dir() or _INSTALLATION.fullmatch(installation.name) is None:
+            if not installation.is_dir() or INSTALLATION.fullmatch(installation.name) is None:
                 continue
             for run in sorted(installation.iterdir()):
-                if not run.is_dir() or _RUN_ID.fullmatch(run.name) is None:
+                if not run.is_dir() or RUN_ID.fullmatch(run.name) is None:
                     continue
                 if not (run / MONITOR_RECORD).exists():
                     continue
@@ -632,6 +610,4 @@ __all__ = [
     "LocalBackend",
     "LocalBackendError",
     "SpawnError",
-    "check_labels",
-    "check_limits",
 ]

@@ -170,8 +170,8 @@ class HookRegistry:
                     _log.warning("%s hook of plugin %s raised %s", name, hook.plugin_id, type(exc).__name__)
                     continue
                 finally:
-                    if token is not None:
-                        native.exit(token)  # type: ignore[union-attr]
+                    if native is not None and token is not None:
+                        native.exit(token)
                 if reply is not None:
                     return hook, str(reply)
         return None

@@ -17,11 +17,13 @@ from clawstack.gateway.plugins.api import PluginRetiredError
 from clawstack.gateway.plugins.native_facade import COMMAND_CAPABILITY
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer
-from tests.integration.gateway.test_native_facade import KEY, WAIT_S, Gateway, make_config
+from tests.integration.gateway.test_native_facade import KEY, STEPS, WAIT_S, Gateway, make_config
 from tests.integration.gateway.test_subagent_complete import wait_until
 from tests.integration.gateway.test_ws_protocol import API_KEY, Client, connected
 
-PLUGIN = """
+PLUGIN = (
+    STEPS
+    + """
 import json
 
 captured = {}
@@ -32,16 +34,7 @@ async def review(ctx):
     captured.setdefault("natives", []).append(native)
     if native is None:
         return "unavailable"
-    answers = []
-    for step in json.loads(ctx.args)["steps"]:
-        args = dict(step.get("args", {}))
-        if "ids" in args:
-            args["ids"] = [answers[int(i[1:])]["run_id"] if i.startswith("$") else i for i in args["ids"]]
-        try:
-            answers.append(await getattr(native, step["op"])(**args))
-        except Exception as exc:
-            answers.append({"error": getattr(exc, "code", type(exc).__name__)})
-    return json.dumps(answers)
+    return json.dumps(await run_steps(native, json.loads(ctx.args)["steps"]))
 
 
 def register(api):
@@ -54,6 +47,7 @@ def register(api):
     )
     api.register_command("plain", review, description="No capability", accepts_args=True)
 """
+)
 
 
 def write_plugin(root: Path) -> Path:

@@ -29,7 +29,25 @@ from tests.integration.gateway.test_ws_protocol import API_KEY, Client, config_d
 KEY = "agent:main:main"
 WAIT_S = 30.0
 
-PLUGIN = """
+STEPS = """
+async def run_steps(native, steps):
+    # Each step's answer, or its error code; "$N" in ids stands for the run id step N answered.
+    answers = []
+    for step in steps:
+        args = dict(step.get("args", {}))
+        if "ids" in args:
+            args["ids"] = [answers[int(i[1:])]["run_id"] if i.startswith("$") else i for i in args["ids"]]
+        try:
+            answers.append(await getattr(native, step["op"])(**args))
+        except Exception as exc:
+            answers.append({"error": getattr(exc, "code", type(exc).__name__)})
+    return answers
+"""
+"""The plugin source that runs a test's steps against a native facade (both the hook and the command tests)."""
+
+PLUGIN = (
+    STEPS
+    + """
 import json
 
 from clawstack.gateway.plugins import BeforeToolCallResult
@@ -48,16 +66,7 @@ async def reply(ctx):
     captured["api_native_is_ctx_native"] = API.runtime.subagent.native is native
     if native is None:
         return json.dumps({"native": None})
-    answers = []
-    for step in command["steps"]:
-        args = dict(step.get("args", {}))
-        if "ids" in args:
-            args["ids"] = [answers[int(i[1:])]["run_id"] if i.startswith("$") else i for i in args["ids"]]
-        try:
-            answers.append(await getattr(native, step["op"])(**args))
-        except Exception as exc:
-            answers.append({"error": getattr(exc, "code", type(exc).__name__)})
-    return json.dumps(answers)
+    return json.dumps(await run_steps(native, command["steps"]))
 
 
 async def check_spawn(event):
@@ -82,6 +91,7 @@ def register(api):
     if PREFIX == "native":
         api.register_hook("before_tool_call", check_spawn, matcher=["sessions_spawn"])
 """
+)
 
 
 def write_plugin(root: Path, plugin_id: str, prefix: str) -> Path:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,49 @@ def lock_is_free(path: Path) -> bool:
     return True
 
 
+async def kill_while_in_flight(
+    stack: RunsStack, serve: str, wrapper: Path, gate: Path, in_flight: Callable[[], bool], what: str
+) -> None:
+    """Serve the pod with ``serve`` (whose lifecycle subprocess, ``wrapper``, waits for ``gate``), launch a run,
+    SIGKILL the supervisor once ``in_flight`` holds, and check that the orphaned subprocess keeps the pod lock
+    (``claw up`` is refused) until the gate opens; then a new supervisor adopts the worker and the run ends as
+    usual."""
+    paths = PodPaths(stack.pod.resolve())
+    serving = subprocess.Popen(  # noqa: ASYNC220 (started once; its output is read in a thread)
+        [sys.executable, "-c", serve, str(stack.pod), str(stack.socket_dir), str(wrapper)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serving.stdout is not None
+        assert await asyncio.to_thread(serving.stdout.readline) == "ready\n"
+        launched = await stack.call("POST", "/v1/runs", stack.launch_body("inflight", "@fake reply: after the kill"))
+        assert launched.status == 202
+        await eventually(in_flight, what=what)
+        serving.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(serving.wait, 10)
+        # The supervisor is gone, but its lifecycle subprocess is still in flight: it holds the pod lock.
+        assert not lock_is_free(paths.lock)
+        refused = await asyncio.to_thread(claw_up, stack.pod, stack.environ)
+        assert refused.returncode != 0
+        assert "locked" in refused.stderr, refused.stderr
+        await asyncio.to_thread(gate.touch)  # the subprocess goes on, starts the worker, and lets the lock go
+        await eventually(lambda: lock_is_free(paths.lock), what="the release of the pod lock")
+    finally:
+        await asyncio.to_thread(gate.touch)
+        if serving.poll() is None:
+            serving.kill()
+            serving.wait(10)
+        if serving.stdout is not None:
+            serving.stdout.close()
+    # A new supervisor adopts the worker the killed one had started, and the run ends as usual.
+    await stack.restart()
+    final = (await stack.call("GET", "/v1/runs/acme/inflight?wait=stopped&timeout=60s")).json()
+    assert final["state"] == "stopped", final
+    assert (await stack.call("GET", "/v1/runs/acme/inflight/result")).body == b"after the kill"
+
+
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the spawn under test is a bubblewrap sandbox's")
 async def test_a_killed_supervisors_in_flight_spawn_keeps_writer_authority(stack: RunsStack) -> None:
     paths = PodPaths(stack.pod.resolve())
@@ -74,40 +118,8 @@ async def test_a_killed_supervisors_in_flight_spawn_keeps_writer_authority(stack
     wrapper = gate_dir / "bwrap"
     wrapper.write_text(f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\nexec {shutil.which("bwrap")} "$@"\n')
     os.chmod(wrapper, 0o755)
-    serving = subprocess.Popen(  # noqa: ASYNC220 (started once; its output is read in a thread)
-        [sys.executable, "-c", SERVE, str(stack.pod), str(stack.socket_dir), str(wrapper)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert serving.stdout is not None
-        assert await asyncio.to_thread(serving.stdout.readline) == "ready\n"
-        launched = await stack.call("POST", "/v1/runs", stack.launch_body("inflight", "@fake reply: after the kill"))
-        assert launched.status == 202
-        monitor = paths.runs / "workers" / "acme" / "inflight" / "monitor.json"
-        await eventually(monitor.exists, what="the monitor's start")
-        serving.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(serving.wait, 10)
-        # The supervisor is gone, but its spawn is still in flight: it holds the pod lock.
-        assert not lock_is_free(paths.lock)
-        refused = await asyncio.to_thread(claw_up, stack.pod, stack.environ)
-        assert refused.returncode != 0
-        assert "locked" in refused.stderr, refused.stderr
-        gate.touch()  # the sandbox starts; the spawn is done and lets the lock go
-        await eventually(lambda: lock_is_free(paths.lock), what="the release of the pod lock")
-    finally:
-        gate.touch()
-        if serving.poll() is None:
-            serving.kill()
-            serving.wait(10)
-        if serving.stdout is not None:
-            serving.stdout.close()
-    # A new supervisor adopts the worker the killed one had started, and the run ends as usual.
-    await stack.restart()
-    final = (await stack.call("GET", "/v1/runs/acme/inflight?wait=stopped&timeout=60s")).json()
-    assert final["state"] == "stopped", final
-    assert (await stack.call("GET", "/v1/runs/acme/inflight/result")).body == b"after the kill"
+    monitor = paths.runs / "workers" / "acme" / "inflight" / "monitor.json"
+    await kill_while_in_flight(stack, SERVE, wrapper, gate, monitor.exists, "the monitor's start")
     shutil.rmtree(gate_dir, ignore_errors=True)
 
 
@@ -142,7 +154,6 @@ asyncio.run(main())
 
 @pytest.mark.parametrize("stack", [BACKENDS[1]], indirect=True)
 async def test_a_killed_supervisors_in_flight_compose_up_keeps_writer_authority(stack: RunsStack) -> None:
-    paths = PodPaths(stack.pod.resolve())
     await stack.server.stop()
     gate_dir = Path(tempfile.mkdtemp(prefix="cs-gate-", dir="/var/tmp"))
     gate, waiting = gate_dir / "open", gate_dir / "waiting"
@@ -153,39 +164,7 @@ async def test_a_killed_supervisors_in_flight_compose_up_keeps_writer_authority(
         'exec docker compose "$@"\n'
     )
     os.chmod(wrapper, 0o755)
-    serving = subprocess.Popen(  # noqa: ASYNC220 (started once; its output is read in a thread)
-        [sys.executable, "-c", SERVE_COMPOSE, str(stack.pod), str(stack.socket_dir), str(wrapper)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert serving.stdout is not None
-        assert await asyncio.to_thread(serving.stdout.readline) == "ready\n"
-        launched = await stack.call("POST", "/v1/runs", stack.launch_body("inflight", "@fake reply: after the kill"))
-        assert launched.status == 202
-        await eventually(waiting.exists, what="docker compose up in flight")
-        serving.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(serving.wait, 10)
-        # The supervisor is gone, but its docker compose up is still in flight: it holds the pod lock.
-        assert not lock_is_free(paths.lock)
-        refused = await asyncio.to_thread(claw_up, stack.pod, stack.environ)
-        assert refused.returncode != 0
-        assert "locked" in refused.stderr, refused.stderr
-        gate.touch()  # compose up goes on, starts the worker, exits, and lets the lock go
-        await eventually(lambda: lock_is_free(paths.lock), what="the release of the pod lock")
-    finally:
-        gate.touch()
-        if serving.poll() is None:
-            serving.kill()
-            serving.wait(10)
-        if serving.stdout is not None:
-            serving.stdout.close()
-    # A new supervisor adopts the container the killed one's compose up started: one worker, one model call.
-    await stack.restart()
-    final = (await stack.call("GET", "/v1/runs/acme/inflight?wait=stopped&timeout=60s")).json()
-    assert final["state"] == "stopped", final
-    assert (await stack.call("GET", "/v1/runs/acme/inflight/result")).body == b"after the kill"
+    await kill_while_in_flight(stack, SERVE_COMPOSE, wrapper, gate, waiting.exists, "docker compose up in flight")
     chat = [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]
     assert len(chat) == 1
     shutil.rmtree(gate_dir, ignore_errors=True)

@@ -87,6 +87,8 @@ class ActiveRun:
     command_args: str = ""
     builtin: Callable[[], Awaitable[str]] | None = None
     started: bool = False
+    entered: bool = False
+    """Whether the run's task took its first step (a task cancelled before that never runs its handlers)."""
     revoked: AuthorityRevokedError | None = None
     left_queue: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -139,7 +141,9 @@ class GatewayRuns:
             run = self._active.get(revocation.work_id)
             if run is not None and not run.started and run.task is not None:
                 run.revoked = revocation.error
-                run.task.cancel()
+                if run.entered:
+                    run.task.cancel()
+                # else: the task's first step sees ``revoked`` and fails the run before it queues.
 
     def active_run_ids(self, session_key: str) -> list[str]:
         """The ids of the session's runs in flight (queued or running)."""
@@ -176,6 +180,9 @@ class GatewayRuns:
 
     @staticmethod
     async def _cancel(runs: list[ActiveRun]) -> None:
+        if not all(run.entered for run in runs):
+            # A task cancelled before its first step never records its end: let those take it first.
+            await asyncio.sleep(0)
         tasks = [run.task for run in runs if run.task is not None]
         for task in tasks:
             task.cancel()
@@ -296,6 +303,7 @@ class GatewayRuns:
 
     async def _drive(self, run: ActiveRun) -> None:
         """Run the run's turn on its lane; once it has ended, drop it from the runs in flight and wake waiters."""
+        run.entered = True
         try:
             await self._drive_turn(run)
         finally:
@@ -345,6 +353,10 @@ class GatewayRuns:
                 on_event=on_event,
             )
 
+        early = run.revoked
+        if early is not None:  # revoked before this task took its first step
+            await self._fail_revoked(run, early)
+            return
         try:
             if run.builtin is not None:
                 result = await turn()
@@ -353,23 +365,8 @@ class GatewayRuns:
         except asyncio.CancelledError:
             # Best-effort shutdown step: a run cancelled while queued never reached the agent loop, which records
             # the cancellation of a started run itself; record it too, and tell subscribers.
-            revoked = run.revoked
-            if revoked is not None:
-                # Queued work whose requester lost their authority fails, visibly, instead of being aborted.
-                await asyncio.to_thread(self._record_failed, run.run_id, revoked.message)
-                # Only once recorded: a waiter that finds the run gone from the runs in flight reads its end.
-                self._active.pop(run.run_id, None)
-                self._broadcast_chat(
-                    run,
-                    {
-                        "state": "error",
-                        "errorMessage": revoked.message,
-                        "errorKind": revoked.code,
-                        "errorDetail": revoked.to_dict(),
-                    },
-                )
-                if request.announce_to is not None and request.deliver:
-                    await self._announce(request.announce_to, run, f"failed: {revoked.message}")
+            if run.revoked is not None:
+                await self._fail_revoked(run, run.revoked)
             else:
                 await asyncio.to_thread(self._record_aborted, run.run_id)
                 self._active.pop(run.run_id, None)
@@ -425,6 +422,24 @@ class GatewayRuns:
                 reason = "unknown error" if error is None or not error.message else error.message
                 outcome = "timed out" if result.status == "timeout" else "failed"
                 await self._announce(request.announce_to, run, f"{outcome}: {reason}")
+
+    async def _fail_revoked(self, run: ActiveRun, revoked: AuthorityRevokedError) -> None:
+        """Queued work whose requester lost their authority fails, visibly, instead of being aborted."""
+        await asyncio.to_thread(self._record_failed, run.run_id, revoked.message)
+        # Only once recorded: a waiter that finds the run gone from the runs in flight reads its end.
+        self._active.pop(run.run_id, None)
+        self._broadcast_chat(
+            run,
+            {
+                "state": "error",
+                "errorMessage": revoked.message,
+                "errorKind": revoked.code,
+                "errorDetail": revoked.to_dict(),
+            },
+        )
+        request = run.request
+        if request.announce_to is not None and request.deliver:
+            await self._announce(request.announce_to, run, f"failed: {revoked.message}")
 
     async def _run_command(self, run: ActiveRun, command: RegisteredCommand) -> TurnResult:
         """Run a plugin command as the chat run: record the user message, the reply and the run's end.

@@ -188,7 +188,9 @@ class _SessionTools:
         blind = arguments.get("blind", False)
         if not isinstance(blind, bool):
             raise ToolError("blind must be a boolean")
-        if "fastMode" in arguments and arguments["fastMode"] not in (True, False, "auto"):
+        if arguments.get("fastMode") is True:
+            raise ToolError('fastMode: this gateway has no fast mode (false or "auto" only)')
+        if "fastMode" in arguments and arguments["fastMode"] not in (False, "auto"):
             raise ToolError('fastMode must be true, false or "auto"')
         request = SpawnRequest(
             task=_string(arguments, "task", required=True) or "",

@@ -22,6 +22,7 @@ import pytest
 
 from clawstack.gateway.channels import signed_headers
 from clawstack.gateway.config import parse_config
+from clawstack.gateway.dispatch import Requester, RunRequest
 from clawstack.gateway.server import GatewayServer
 from clawstack.llm.fake import FakeModelServer, parse_script
 from tests.integration.gateway.test_ws_protocol import API_KEY, WAIT_S, Client, config_document, connected
@@ -253,3 +254,32 @@ async def test_a_reload_names_the_changed_keys_that_wait_for_a_restart(
     changed["channels"]["webhook"]["secret"] = "another-secret-0123456789"
     changed["agents"]["defaults"]["subagents"]["maxConcurrent"] = 3
     assert server.reload(parse_config(changed, base_dir=tmp_path, environ={})) == ("agents", "channels")
+
+
+async def test_work_retained_under_revoked_authority_before_its_task_runs_fails(
+    server: GatewayServer, fake: FakeModelServer, tmp_path: Path
+) -> None:
+    # Work can be retained between its start and its task's first step (a spawn retains right after it starts the
+    # run): a revocation then still fails it, visibly, instead of leaving it in flight for ever.
+    alice = Requester("agent:main:channel:webhook:alice", "main", "webhook", authenticated=True, sender_id="alice")
+    assertion = server._authority.capture(alice)  # type: ignore[union-attr]
+    assert assertion is not None
+    server.reload(parse_config(document(fake.base_url, alice_roles=["operator.read"]), base_dir=tmp_path, environ={}))
+    request = RunRequest("agent:main:subagent:late", "main", "ALICE-WORK late", "subagent")
+    started = await server.runs.start_run(request)
+    assert not server.runs._active[started.run_id].entered  # the case this pins
+    server._authority.retain(started.run_id, assertion)  # type: ignore[union-attr]
+    run = await server.runs.wait_run(started.run_id, 5)
+    assert run is not None
+    assert run.state == "error"
+    assert not any("ALICE-WORK" in str(r.body["messages"]) for r in fake.requests)
+
+
+async def test_aborting_a_run_before_its_task_runs_records_it(server: GatewayServer) -> None:
+    request = RunRequest("agent:main:subagent:brief", "main", "ALICE-WORK brief", "subagent")
+    started = await server.runs.start_run(request)
+    assert not server.runs._active[started.run_id].entered
+    assert await server.runs.abort("agent:main:subagent:brief") == [started.run_id]
+    run = await server.runs.wait_run(started.run_id, 5)
+    assert run is not None
+    assert run.state == "aborted"

@@ -263,11 +263,14 @@ async def test_unsupported_and_refused_spawns_create_nothing(gateway: Gateway) -
     answers = await gateway.steps(
         spawn("x", profile="reviewer"),  # this plugin declared no profile
         spawn("x", output_schema={"type": 42}),  # not a JSON schema
-        spawn("x", fast_mode="on"),
+        spawn("x", fast_mode=True),  # this gateway has no fast mode
         spawn("x", blind=True, context="fork"),
         spawn(""),
         spawn("x", context="elsewhere"),
         listing(),
+        spawn("x", fast_mode="on"),
+        spawn("x", session_key="agent:main:other"),  # a plugin cannot choose the parent
+        spawn("x", requester="mallory", scopes=["operator.admin"]),
     )
     assert answers[:6] == [
         {"error": "native_invalid_argument"},
@@ -278,6 +281,7 @@ async def test_unsupported_and_refused_spawns_create_nothing(gateway: Gateway) -
         {"error": "native_invalid_argument"},
     ]
     assert answers[6] == []
+    assert answers[7:] == [{"error": "native_invalid_argument"}] * 3
     assert child_calls(gateway.fake) == 0
 
 
@@ -403,3 +407,85 @@ async def test_selection_receipts_report_the_childs_own_controls(gateway: Gatewa
     assert collected["results"][0]["selection"] == {"requested": {}, "resolved": resolved}
     (request,) = [r for r in gateway.fake.requests if r.path.endswith("/chat/completions")]
     assert request.body.get("reasoning_effort") == "high"  # the control the child actually ran with
+
+
+async def test_a_config_change_during_a_list_is_a_policy_change(gateway: Gateway) -> None:
+    from clawstack.gateway.authority import OperatorAuthority, OperatorEntry
+    from clawstack.gateway.dispatch import Requester
+    from clawstack.gateway.plugins.api import PluginLifetime
+    from clawstack.gateway.plugins.native_facade import NativeHost, NativePolicyChangedError
+
+    server = gateway.server
+    authority = OperatorAuthority([OperatorEntry("ops", frozenset({"operator.admin"}), frozenset())])
+    changes = {"during_read": True}
+
+    class ChangingStore:
+        """The gateway's custody store, with a config change landing while a list reads it."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(server._children, name)
+
+        def plugin_children(self, *args: Any, **kwargs: Any) -> Any:
+            if changes["during_read"]:
+                authority.set_roles("ops", ["operator.admin", "operator.read"])  # another operator's change
+            return server._children.plugin_children(*args, **kwargs)  # type: ignore[union-attr]
+
+    host = NativeHost(server._natives, ChangingStore(), server.store, server._agent, server._config, authority)  # type: ignore[arg-type]
+    requester = Requester(KEY, "main", "gateway", True, operator="ops")
+    await asyncio.to_thread(server.store.get_or_create, KEY, agent_id="main")
+
+    async def recorded() -> None:
+        return None
+
+    facade = host.facade("reviewer", (PluginLifetime("reviewer"),), requester, parent_run_id="t", record_input=recorded)
+    assert facade is not None
+    with pytest.raises(NativePolicyChangedError) as caught:
+        await facade.list()
+    assert caught.value.code == "native_policy_changed"
+    changes["during_read"] = False
+    assert await facade.list() == []  # the invocation is still active: a retry reads
+
+
+async def test_fast_mode_auto_and_off_are_the_host_default(gateway: Gateway) -> None:
+    auto, off = await gateway.steps(spawn("@fake reply: a", fast_mode="auto"), spawn("@fake reply: b", fast_mode=False))
+    assert auto["selection"]["requested"] == {"fast_mode": "auto"}
+    assert off["selection"]["requested"] == {"fast_mode": False}
+
+
+async def test_a_blind_childs_prompt_differs_only_in_what_blind_hides(tmp_path: Path, fake: FakeModelServer) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").write_text(f"Work in {workspace}/src only.\n")
+    agents = {"defaults": {"model": {"primary": "fake/fake-model"}, "subagents": {"runTimeoutSeconds": 30}}}
+    agents["list"] = [{"id": "main", "default": True, "workspace": str(workspace)}]  # type: ignore[assignment]
+    server, client, http = await open_gateway(tmp_path, fake, agents=agents)
+    try:
+        gateway = Gateway(server, fake, client)
+        plain, blind, _ = await gateway.steps(
+            spawn("@fake reply: seen", context="isolated"),
+            spawn("@fake reply: seen", context="isolated", blind=True),
+            {"op": "collect", "args": {"ids": ["$0", "$1"], "await_results": True}},
+        )
+        requests = [r for r in fake.requests if r.path.endswith("/chat/completions")]
+        assert len(requests) == 2
+        by_prompt = {json.dumps(r.body["messages"]): r.body for r in requests}
+        (blind_body,) = [b for p, b in by_prompt.items() if plain["child_session_key"] not in p and KEY not in p]
+        (plain_body,) = [b for b in by_prompt.values() if b is not blind_body]
+        plain_system, blind_system = plain_body["messages"][0]["content"], blind_body["messages"][0]["content"]
+        assert str(workspace) in plain_system  # the file heading and the file's own text
+        # Exactly what blind hides: the workspace path (as <workspace>, headings and contents) and both session keys.
+        session_line = (
+            f"Subagent session context: requester session {KEY}; this child's session {plain['child_session_key']}."
+        )
+        assert session_line in plain_system
+        assert blind["child_session_key"] not in json.dumps(blind_body)
+        expected = plain_system.replace(str(workspace), "<workspace>").replace("\n\n" + session_line, "")
+        assert blind_system == expected
+        assert blind_body["messages"][1:] == plain_body["messages"][1:]  # the task message is the same
+        assert {k: v for k, v in blind_body.items() if k != "messages"} == {
+            k: v for k, v in plain_body.items() if k != "messages"
+        }  # the same model, tools and controls
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()

@@ -88,6 +88,9 @@ def write_plugin(root: Path, plugin_id: str, prefix: str, *, profiles: list[str]
         "too_big": "dict(id='spare', description='d', instructions_file='agents/big.md')",
         "allow": f"dict({base}, id='spare', tools={{'allow': ['read']}})",
         "bad_schema": f"dict({base}, id='spare', output_schema={{'type': 42}})",
+        "forged_model": f"dict({base}, id='spare', model='openai/gpt-5')",
+        "forged_sandbox": f"dict({base}, id='spare', sandbox={{'mode': 'off'}})",
+        "forged_credentials": f"dict({base}, id='spare', api_key='sk-forged')",
     }
     source = (
         f"PREFIX = {prefix!r}\nSCHEMA = {SCHEMA!r}\n"
@@ -162,6 +165,9 @@ async def test_registration_rules(gateway: Gateway) -> None:
             "too_big",
             "allow",
             "bad_schema",
+            "forged_model",
+            "forged_sandbox",
+            "forged_credentials",
         )
     }
 

@@ -358,6 +358,8 @@ async def test_unsupported_spawn_arguments_are_refused_by_name(gateway_factory: 
         spawn_call("x", timeoutSeconds=5),
         spawn_call("x", thinking="enormous"),
         {"name": "sessions_spawn", "arguments": {}},
+        spawn_call("x", fastMode=True),  # this gateway has no fast mode
+        spawn_call("x", fastMode="turbo"),
     ]
     gateway.script([{"match_user": "BAD-", "tool_calls": calls}, {"match_user": "BAD-", "reply": "ok"}])
     _, results = await gateway.turn("BAD- spawns")
@@ -370,6 +372,10 @@ async def test_unsupported_spawn_arguments_are_refused_by_name(gateway_factory: 
     assert "thinking" in results[5]["error"]
     assert results[6]["isError"] is True
     assert "task" in results[6]["text"]
+    assert results[7]["isError"] is True
+    assert "no fast mode" in results[7]["text"]
+    assert results[8]["isError"] is True
+    assert "fastMode must be" in results[8]["text"]
     assert gateway.server._children is not None
     assert await asyncio.to_thread(gateway.server._children.for_parent, KEY) == []
 

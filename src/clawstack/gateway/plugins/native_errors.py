@@ -11,7 +11,8 @@ Errors::
           ├── NativeRequestConflictError native_request_conflict   a request_id reused with other arguments
           ├── NativeNotOwnerError       native_not_owner           an id this plugin and parent do not own
           ├── NativeRefusedError        native_spawn_refused       the spawn policy or a tool hook refused it
-          └── NativeRewriteError        native_rewrite_refused     a tool hook rewrote what a native spawn keeps
+          ├── NativeRewriteError        native_rewrite_refused     a tool hook rewrote what a native spawn keeps
+          └── NativePolicyChangedError  native_policy_changed      the runtime config changed during a list (retry)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "NativeAuthorityError",
     "NativeError",
     "NativeNotOwnerError",
+    "NativePolicyChangedError",
     "NativeRefusedError",
     "NativeRequestConflictError",
     "NativeRewriteError",
@@ -65,3 +67,7 @@ class NativeRefusedError(NativeError):
 
 class NativeRewriteError(NativeError):
     code = "native_rewrite_refused"
+
+
+class NativePolicyChangedError(NativeError):
+    code = "native_policy_changed"

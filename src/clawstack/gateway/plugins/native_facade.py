@@ -40,7 +40,11 @@ collector: a ``done`` child whose answer is not one JSON document matching it is
 reason, its text still in ``result``; a matching one comes back as ``structured_output``. Neither can be removed by
 a tool hook: both are applied after the hooks ran.
 
-Not built yet, and refused by name (:class:`NativeUnsupportedError`): a ``fast_mode`` other than ``"auto"``.
+``fast_mode``: this gateway has no fast mode, so ``None``, ``"auto"`` (the host default) and ``False`` are what a
+child gets anyway; ``True`` is refused by name (:class:`NativeUnsupportedError`), never silently ignored.
+
+A :meth:`NativeFacade.list` during which the runtime config changed (a reload applied new operators or channel
+senders) is rejected with :class:`NativePolicyChangedError`; the invocation stays active, so it can retry.
 
 Errors are in :mod:`clawstack.gateway.plugins.native_errors`.
 """
@@ -66,6 +70,7 @@ from clawstack.gateway.plugins.native_errors import (
     NativeAuthorityError,
     NativeError,
     NativeNotOwnerError,
+    NativePolicyChangedError,
     NativeRefusedError,
     NativeRequestConflictError,
     NativeRewriteError,
@@ -97,6 +102,7 @@ __all__ = [
     "NativeFacade",
     "NativeHost",
     "NativeNotOwnerError",
+    "NativePolicyChangedError",
     "NativeRefusedError",
     "NativeRequestConflictError",
     "NativeRewriteError",
@@ -249,16 +255,24 @@ class NativeFacade:
         thinking: str | None = None,
         context: Literal["isolated", "fork"] | None = None,
         blind: bool = False,
-        fast_mode: str | None = None,
+        fast_mode: bool | Literal["auto"] | None = None,
         profile: str | None = None,
         output_schema: dict[str, Any] | None = None,
+        **forged: object,
     ) -> dict[str, Any]:
         """Spawn a native child for this invocation's requester; ``{run_id, child_session_key, request_id,
         selection}``."""
+        if forged:
+            raise NativeArgumentError(
+                f"a plugin cannot choose {', '.join(sorted(forged))}: the gateway supplies the parent session, the "
+                "requester, credentials and permission scope"
+            )
         chosen = self._profile(profile)
         schema = self._schema(chosen, output_schema)
-        if fast_mode not in (None, "auto"):
-            raise NativeUnsupportedError('fast_mode: only "auto" (the host default) is supported by this gateway')
+        if fast_mode is True:
+            raise NativeUnsupportedError('fast_mode: this gateway has no fast mode (false or "auto" only)')
+        if fast_mode not in (None, "auto", False):
+            raise NativeArgumentError('fast_mode must be true, false or "auto"')
         if not isinstance(task, str) or not task.strip():
             raise NativeArgumentError("task must be a non-empty string")
         _text("request_id", request_id, optional=True, limit=128)
@@ -488,6 +502,7 @@ class NativeFacade:
         """The children this plugin accepted for this parent incarnation (see the module docstring)."""
         if status is not None and status not in LIST_STATUSES:
             raise NativeArgumentError(f"status must be one of {', '.join(LIST_STATUSES)}")
+        generation = self._config_generation()
         surface = self._check(("agents_wait",))
         parent = await self._parent(surface)
         rows = await asyncio.to_thread(
@@ -499,4 +514,10 @@ class NativeFacade:
             limit=MAX_LIST,
         )
         self._check(("agents_wait",))
+        if self._config_generation() != generation:
+            raise NativePolicyChangedError("the runtime config changed while listing; retry the list")
         return [list_entry(record, request_id) for record, request_id in rows]
+
+    def _config_generation(self) -> int:
+        """Counts the live config changes (operators, channel senders) the gateway applied."""
+        return 0 if self._host.authority is None else self._host.authority.generation

@@ -174,10 +174,16 @@ class PluginAgent:
         instructions_file: str,
         tools: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        **forged: object,
     ) -> SubagentProfile:
         """Register a declared profile (see the module docstring); returns it as captured."""
         self._lifetime.check()
         assert self._registry is not None
+        if forged:
+            raise SubagentProfileError(
+                f"a profile cannot set {', '.join(sorted(forged))}: it only adds instructions, denies tools and may "
+                "require an output schema (no model, identity, credentials, authentication or sandbox)"
+            )
         if not isinstance(id, str) or not PROFILE_ID.fullmatch(id):
             raise SubagentProfileError("id must be a lowercase letter, then letters, digits, _ or -, at most 64")
         if id not in self._declared:

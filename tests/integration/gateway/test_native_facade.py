@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from clawstack.gateway.config import parse_config
+from clawstack.gateway.custody import INTERRUPTED_CHILD_ERROR
 from clawstack.gateway.plugins.api import PluginRetiredError
 from clawstack.gateway.plugins.native_facade import BLIND_CAPABILITY, LIST_CAPABILITY, NativeError
 from clawstack.gateway.server import GatewayServer
@@ -489,3 +490,48 @@ async def test_a_blind_childs_prompt_differs_only_in_what_blind_hides(tmp_path: 
         await client.ws.close()
         await http.close()
         await server.stop()
+
+
+async def test_a_restarted_gateway_lists_and_collects_what_the_plugin_accepted(
+    tmp_path: Path, fake: FakeModelServer
+) -> None:
+    server, client, http = await open_gateway(tmp_path, fake)
+    try:
+        done, _, slow = await Gateway(server, fake, client).steps(
+            spawn("@fake reply: kept", request_id="kept"),
+            collect("$0", await_results=True),
+            spawn("@fake delay-ms: 20000\n@fake reply: never", request_id="slow"),
+        )
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()  # the slow child is still running
+    server, client, http = await open_gateway_again(tmp_path, fake)
+    try:
+        again = Gateway(server, fake, client)
+        again._n = 100  # new idempotency keys for the new turns
+        listed, collected = await again.steps(listing(), collect(done["run_id"], slow["run_id"], timeout_seconds=0))
+        # The child the stop interrupted is failed, with the reason, as after any restart.
+        assert [(e["request_id"], e["status"]) for e in listed] == [("slow", "failed"), ("kept", "done")]
+        results = {r["run_id"]: r for r in collected["results"]}
+        assert results[done["run_id"]]["result"] == "kept"
+        assert results[slow["run_id"]]["status"] == "failed"
+        assert results[slow["run_id"]]["error"] == INTERRUPTED_CHILD_ERROR
+        assert collected["pending"] == []
+    finally:
+        await client.ws.close()
+        await http.close()
+        await server.stop()
+
+
+async def open_gateway_again(tmp_path: Path, fake: FakeModelServer) -> tuple[GatewayServer, Client, Any]:
+    """A new gateway on the same data directory and plugins (the plugin directories already exist)."""
+    root = tmp_path / "plugins"
+    server = GatewayServer(
+        make_config(tmp_path, fake.base_url),
+        data_dir=tmp_path / "data",
+        plugin_paths=[root / "reviewer", root / "other"],
+    )
+    await server.start()
+    http = aiohttp.ClientSession()
+    return server, await connected(http, server.port), http

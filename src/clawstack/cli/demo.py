@@ -64,6 +64,7 @@ def make_compose_pod(pod: Path, *, worker_image: str, tool_image: str, name: str
     if name is not None:
         document["x-claw"]["pod"] = name
     services = document["services"]
+    services.pop("researcher", None)  # task homes run under the local backend only in this version
     services["worker"]["image"] = worker_image
     tool = services["ticket-api"]
     tool.update(

@@ -13,6 +13,7 @@
         proxy/state/ proxy/journal/   0700  the proxy's identities and trace journal
         sock/                         0700  the proxy's sockets (under /tmp when the pod path is too long)
     <pod>/.claw-revocations/          0700  the proxy's revocation ledger; never rotated
+    <pod>/.claw-homes/<inst>/<home>/  0700  task homes (clawstack.runs.homes); claw up and claw down leave them
     <pod>/.claw-runs/build.compose.yml 0600 under compose: the project claw up builds per-run images from
     <pod>/compose.generated.yml       0600  under the compose backend
 """
@@ -102,6 +103,10 @@ class PodPaths:
     @property
     def revocations(self) -> Path:
         return self.pod / ".claw-revocations"
+
+    @property
+    def homes(self) -> Path:
+        return self.pod / ".claw-homes"
 
     @property
     def compose_file(self) -> Path:

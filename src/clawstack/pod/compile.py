@@ -22,6 +22,7 @@ from typing import Any, Final
 from clawstack.common.digest import sha256_digest, spec_digest
 from clawstack.pod.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
 from clawstack.pod.errors import BackendError, ValidationError
+from clawstack.pod.hermes import hermes_installation, hermes_pin
 from clawstack.pod.imagebuild import WORKER_IMAGE
 from clawstack.pod.images import ImageInfo, inspect_image
 from clawstack.pod.netguard import runs_network
@@ -95,11 +96,16 @@ def _runner_modules(runner_type: str) -> tuple[str, ...]:
 
 def installed_runner_digest(runner_type: str) -> str | None:
     """The digest of the built-in runner ``runner_type`` as installed now (``None`` when it is not installed):
-    what a local template's ``runner.digest`` pinned at ``claw up``, checked again before each worker starts."""
+    what a local template's ``runner.digest`` pinned at ``claw up``, checked again before each worker starts. The
+    task-home runner's digest covers the Hermes installation it runs too (:func:`clawstack.pod.hermes.hermes_pin`)."""
     try:
-        return runner_digest(_runner_modules(runner_type))
+        digest = runner_digest(_runner_modules(runner_type))
     except (ImportError, OSError):
         return None
+    if runner_type != "hermes":
+        return digest
+    pin = hermes_pin()
+    return None if pin is None else spec_digest({"wrapper": digest, "hermes": pin})
 
 
 def _local_runner(template: Template, where: str) -> dict[str, Any]:
@@ -111,13 +117,15 @@ def _local_runner(template: Template, where: str) -> dict[str, Any]:
         )
     runner_type = LOCAL_RUNNERS[template.image]
     _check_profile(template, runner_type, where)
-    if runner_type == "hermes" and importlib.util.find_spec(HERMES_MODULE) is None:
-        raise BackendError(
-            "the clawstack/hermes runner is not installed on this host; task-home templates under the local "
-            "backend need it (see docs/pods.md), or use the compose backend with a Hermes image",
-            where=where,
-        )
-    return {"image": template.image, "type": runner_type, "digest": runner_digest(_runner_modules(runner_type))}
+    if runner_type == "hermes":
+        try:
+            hermes_installation()
+        except BackendError as exc:
+            raise BackendError(exc.message, where=where, code=exc.code) from exc
+    digest = installed_runner_digest(runner_type)
+    if digest is None:
+        raise BackendError(f"the {template.image} runner is not installed on this host", where=where)
+    return {"image": template.image, "type": runner_type, "digest": digest}
 
 
 def template_image(spec: PodSpec, template: Template) -> str:

@@ -19,6 +19,7 @@ from clawstack.common.strictjson import MAX_SAFE_INTEGER, StrictJSONError, check
 from clawstack.common.strictjson import loads as strict_loads
 from clawstack.runs.backends.base import INSTALLATION, RUN_ID
 from clawstack.runs.errors import RunsError
+from clawstack.runs.homes import HOME_ID
 
 MAX_BODY_BYTES: Final = 64 * 1024
 SPEC_FIELDS: Final = {
@@ -29,15 +30,16 @@ SPEC_FIELDS: Final = {
     "max_runtime_seconds": int,
     "home": str,
 }
-HOME_ID: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 def check_supported(template: dict[str, Any], backend: str) -> None:
-    """Refuse, before anything is written, a template whose runs this supervisor cannot run as compiled: a
-    task-home template (task homes are not built yet), or one compiled for another backend than the one this
-    supervisor runs (``backend``). Never run such a template as something else."""
-    if template.get("profile") == "task_home":
-        raise RunsError("template_unsupported", "task-home runs are not supported by this version of the supervisor")
+    """Refuse, before anything is written, a template whose runs this supervisor cannot run as compiled: one
+    compiled for another backend than the one this supervisor runs (``backend``), or a task-home template under
+    the compose backend, which does not run task homes yet. Never run such a template as something else."""
+    if template.get("profile") == "task_home" and backend != "local":
+        raise RunsError(
+            "template_unsupported", "task-home runs are supported under the local backend only in this version"
+        )
     if template.get("backend") != backend:
         raise RunsError(
             "template_unsupported",

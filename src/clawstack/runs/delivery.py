@@ -143,6 +143,9 @@ class CallbackDelivery:
             reason=record.failure or "",
             summary=summary.decode("utf-8", "replace"),
             stored_result_truncated=record.result_truncated,
+            # A task-home run with a result says what it is and which session holds it.
+            result_outcome=record.result_outcome if record.result_bytes is not None else None,
+            session=record.result_session if record.result_bytes is not None else None,
         )
 
 

@@ -7,11 +7,14 @@
      ├── body_too_large 413 · body_timeout 408
      ├── digest_invalid 400 · digest_mismatch 409 · template_changed 409 · cancelled 409 · stale_generation 409
      ├── grant_exceeded 422 · template_unknown 422 · callbacks_disabled 422
-     ├── template_unsupported 422 a task-home template (not built yet, issue 16), or one for another backend
+     ├── template_unsupported 422 a template for another backend, or a task-home one under compose (issue 16)
+     ├── home_busy 409            another run reserves the home (a launch, or a home's deletion)
+     ├── home_unknown 404 · deliverable_unknown 404 · deliverable_changed 409 · deliverable_too_large 413
+     ├── deliverables_unreadable 503  the supervisor could not read the deliverables (never an empty list)
      ├── not_found 404 · result_unavailable 409 · method_not_allowed 405
      ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority (retry the call)
      ├── subscriptions_unsupported 501 · internal_error 500
-     └── reserved, raised by no path yet: home_busy 409, network_unavailable 503 (task homes, issue 16)
+     └── reserved, raised by no path yet: network_unavailable 503 (task-home networks under compose, issue 16)
 
 Errors render as ``{"error":{"code","message",…},"run":null}`` and never echo task text or credentials.
 """
@@ -39,6 +42,11 @@ STATUS = {
     "not_found": 404,
     "result_unavailable": 409,
     "home_busy": 409,
+    "home_unknown": 404,
+    "deliverable_unknown": 404,
+    "deliverable_changed": 409,
+    "deliverable_too_large": 413,
+    "deliverables_unreadable": 503,
     "network_unavailable": 503,
     "proxy_unavailable": 503,
     "subscriptions_unsupported": 501,

@@ -68,6 +68,10 @@ class RunRecord:
     spawned: bool = False  # a worker was asked to start (so start is owed before end)
     failure_detail: str | None = None  # why a permanent refusal ended the run (an error code, never a message)
     authority_ended: bool = False  # a callback was answered 401/403: nothing more is sent with the credential
+    home: str | None = None  # a task-home run's home id: reserved while the run is not terminal
+    result_outcome: str | None = None  # a task-home run's result: "answer" or "question"
+    result_session: str | None = None  # the harness session that holds a task-home run's turn
+    exit_observed: dict[str, int] | None = None  # what the worker's wrapper reported beyond its exit code
 
     @property
     def key(self) -> tuple[str, str]:
@@ -175,6 +179,15 @@ class Ledger:
             "UPDATE runs SET state=?, record=? WHERE installation=? AND run_id=?",
             (record.state, record.to_json(), record.installation, record.run_id),
         )
+
+    def home_holder(self, installation: str, home: str) -> RunRecord | None:
+        """The run that reserves ``home`` of ``installation`` (one that is not terminal yet), if any."""
+        rows = self._query(
+            "SELECT record FROM runs WHERE installation=? AND state NOT IN ('stopped', 'failed') "
+            "AND json_extract(record, '$.home') = ? LIMIT 1",
+            (installation, home),
+        )
+        return RunRecord.from_json(rows[0][0]) if rows else None
 
     def unfinished(self) -> list[RunRecord]:
         rows = self._query("SELECT record FROM runs WHERE state NOT IN ('stopped', 'failed')", ())

@@ -31,9 +31,10 @@ from clawstack.common.errors import ClawError
 from clawstack.pod.errors import PodError
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.identities import ChainEntry
-from clawstack.runs.backends.base import RunLabels, WorkerSpec
+from clawstack.runs.backends.base import RunLabels, TaskHome, WorkerSpec
 from clawstack.runs.ledger import RunRecord
 from clawstack.worker.contract import WorkerConfig, extract_answer
+from clawstack.worker.home_contract import parse_failure, parse_result
 
 if TYPE_CHECKING:
     from clawstack.runs.supervisor import Supervisor
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 
 RETRY_INITIAL_S: Final = 0.5
 RETRY_MAX_S: Final = 30.0
+METER_START_S: Final = 30.0
+"""How long a task-home run's meter may take to report its first measure before the run ends
+``home_meter_unavailable``."""
 
 
 def identity_id(record: RunRecord) -> str:
@@ -170,6 +174,7 @@ class RunDriver:
                     max_runtime_s=record.max_runtime_seconds,
                     max_output_bytes=template["limits"]["max_result_bytes"] + 4096,
                     image_id=(template.get("runner") or {}).get("image_id"),
+                    home=self._task_home(record, template),
                     writer_lock_fd=self.sup.lock.fd,
                 )
             )
@@ -190,6 +195,18 @@ class RunDriver:
             pending=None,
         )
         return True
+
+    def _task_home(self, record: RunRecord, template: dict[str, Any]) -> TaskHome | None:
+        """A task-home run's home (created empty the first time), its mount, meter limit and content mounts."""
+        if record.home is None:
+            return None
+        settings = template["home"]
+        return TaskHome(
+            path=self.sup.homes.ensure(record.installation, record.home),
+            mount=settings["mount"],
+            max_bytes=int(settings["max_bytes"]),
+            content=tuple((self.sup.paths.pod / c["source"], c["target"]) for c in template.get("content", [])),
+        )
 
     async def _pin_mismatch(self, record: RunRecord, template: dict[str, Any]) -> str | None:
         """Why the run may not start under its pins (a code for ``failure_detail``), or ``None``: "A run accepted
@@ -218,6 +235,14 @@ class RunDriver:
         if record.cancelled:
             self.sup.save(record, state="revoking")
             return True
+        if state.home_meter in ("home_full", "home_meter_unavailable"):
+            # The watchdog ends the run through the normal revocation and teardown, whatever the worker does.
+            self.sup.save(record, state="revoking", failure=state.home_meter)
+            return True
+        started = None if record.started_at is None else parse_timestamp(record.started_at)
+        if state.home_meter == "pending" and started is not None and now >= started + timedelta(seconds=METER_START_S):
+            self.sup.save(record, state="revoking", failure="home_meter_unavailable")
+            return True
         if state.exit_code is not None or (not state.running and state.exists):
             self._record_exit(record, state.exit_code, state.stdout, state.stdout_truncated, state.timed_out)
             return True
@@ -240,17 +265,25 @@ class RunDriver:
         max_bytes = template["limits"]["max_result_bytes"]
         failure: str | None = None
         answer = extract_answer(stdout, max_bytes)
+        fields: dict[str, Any] = {"exit_code": exit_code, "exited_at": format_timestamp(self.sup.clock.now())}
+        home_result = parse_result(stdout) if record.home is not None and exit_code == 0 else None
         if timed_out:
             failure = "timeout"
         elif exit_code != 0:
             failure = "exit_nonzero"
-        elif answer is None:
-            failure = "result_missing"
-        fields: dict[str, Any] = {"exit_code": exit_code, "exited_at": format_timestamp(self.sup.clock.now())}
+            report = parse_failure(stdout) if record.home is not None else None
+            if report is not None:  # only a non-zero exit reports a failure, and only one this contract names
+                failure = report.reason
+                if report.runner_code is not None:
+                    fields["exit_observed"] = {"runner_code": report.runner_code}
+        elif answer is None or (record.home is not None and home_result is None):
+            failure, answer = "result_missing", None
         if answer is not None:
             text, cut = answer
             self.sup.files.store_result(record, text)
             fields.update(result_bytes=len(text), result_truncated=cut or truncated)
+            if home_result is not None:
+                fields.update(result_outcome=home_result.outcome, result_session=home_result.session)
         self.sup.save(record, state="revoking", failure=failure, **fields)
 
     # ----------------------------------------------------------------------------------------------- revoking

@@ -20,6 +20,7 @@ from clawstack.common.clock import format_timestamp
 from clawstack.common.uds import UnixSocketServer
 from clawstack.runs.admission import MAX_BODY_BYTES
 from clawstack.runs.errors import RunsError
+from clawstack.runs.homes_api import HomesAPI
 from clawstack.runs.supervisor import Answer, Supervisor
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,25 @@ def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOU
     async def list_runs(request: web.Request) -> web.StreamResponse:
         return await _send(request, supervisor.list_runs(request.query.items()))
 
+    homes = HomesAPI(supervisor)
+
+    async def home_status(request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        return await _send(request, homes.status(m["installation"], m["home"]))
+
+    async def home_delete(request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        return await _send(request, await homes.delete(m["installation"], m["home"]))
+
+    async def deliverables(request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        return await _send(request, await homes.deliverables(m["installation"], m["home"]))
+
+    async def deliverable(request: web.Request) -> web.StreamResponse:
+        m = request.match_info
+        answer = await homes.deliverable(m["installation"], m["home"], m["name"], request.query.get("sha256"))
+        return await _send(request, answer)
+
     run = "/v1/runs/{installation}/{run_id}"
     app.router.add_post("/v1/runs", launch)
     app.router.add_get("/v1/runs", list_runs)
@@ -140,6 +160,11 @@ def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOU
     app.router.add_get("/v1/identity", identity)
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/subscriptions", subscriptions)
+    home = "/v1/homes/{installation}/{home}"
+    app.router.add_get(home, home_status)
+    app.router.add_delete(home, home_delete)
+    app.router.add_get(home + "/deliverables", deliverables)
+    app.router.add_get(home + "/deliverables/{name}", deliverable)
     return app
 
 

@@ -10,9 +10,11 @@ from clawstack.runs.ledger import RunRecord
 
 def run_status(record: RunRecord) -> dict[str, Any]:
     """The spec's status fields of ``record``; ``capture_epoch`` and its time only when an epoch was observed."""
-    result = None
+    result: dict[str, Any] | None = None
     if record.result_bytes is not None:
         result = {"bytes": record.result_bytes, "truncated": record.result_truncated}
+        if record.result_outcome is not None:  # a task-home run's result says what it is and where it lives
+            result |= {"outcome": record.result_outcome, "session": record.result_session}
     body: dict[str, Any] = {
         "installation": record.installation,
         "run_id": record.run_id,

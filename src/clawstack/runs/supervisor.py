@@ -43,6 +43,7 @@ from clawstack.runs.callbacks import CallbackSender, CallbackTarget
 from clawstack.runs.delivery import CallbackDelivery, owes_callbacks
 from clawstack.runs.errors import RunsError
 from clawstack.runs.files import RunFiles
+from clawstack.runs.homes import HOME_OWNER_UID, Homes
 from clawstack.runs.ledger import ORDER, Ledger, RunRecord
 from clawstack.runs.lifecycle import RunDriver
 from clawstack.runs.listing import parse_query, split_page
@@ -92,13 +93,14 @@ class Supervisor:
         self.identity_grace = identity_grace
         self.ledger = Ledger(self.paths.runs)
         self.files = RunFiles(self.paths)
+        self.homes = Homes(self.paths.homes, owner_uid=HOME_OWNER_UID if os.geteuid() == 0 else None)
         self.lock = PodLock(self.paths.lock, holder="claw runs serve")
         self.pod_name = ""  # the pod's declared name (x-claw.pod), read from the compiled pod at start
         self._drivers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._driver_objects: dict[tuple[str, str], RunDriver] = {}
         self._changed: dict[tuple[str, str], asyncio.Event] = {}
         self._identity_locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._admission = asyncio.Lock()
+        self.admission_lock = asyncio.Lock()
         self._verified: dict[str, tuple[Any, dict[str, Any]]] = {}
         self.delivery = (
             CallbackDelivery(
@@ -274,7 +276,7 @@ class Supervisor:
 
     async def launch(self, raw: bytes) -> Answer:
         launch = parse_launch(raw)
-        async with self._admission:  # one admission at a time: concurrent identical launches make one run
+        async with self.admission_lock:  # one admission at a time: concurrent identical launches make one run
             answer, record = self._admit(launch)
         self._follow_callbacks(record)
         return answer
@@ -308,6 +310,9 @@ class Supervisor:
         check_supported(template, self.backend.name)
         now = self.clock.now()
         tools, runtime = check_grant(launch, template, now)
+        home = launch.spec.get("home")
+        if home is not None and self.ledger.home_holder(launch.installation, home) is not None:
+            raise RunsError("home_busy", "another run of this installation holds the home; retry once it has ended")
         record = RunRecord(
             installation=launch.installation,
             run_id=launch.run_id,
@@ -321,6 +326,7 @@ class Supervisor:
             authority_expires_at=format_timestamp(launch.authority_expires_at),
             accepted_at=format_timestamp(now),
             max_runtime_seconds=runtime,
+            home=home,
         )
         self.files.keep_template(template)
         if launch.credential is not None:
@@ -362,7 +368,7 @@ class Supervisor:
         """Cancel durably: an ``accepted`` or ``running`` run is ``revoking`` on disk before this answers."""
         check_key(installation, run_id)
         generation = parse_generation(parse_body(raw, {"generation": (int, True)}))
-        async with self._admission:
+        async with self.admission_lock:
             record = self.ledger.get(installation, run_id)
             if record is None:
                 stone = self.ledger.tombstone(installation, run_id, generation, format_timestamp(self.clock.now()))

@@ -230,8 +230,11 @@ def test_a_removed_template_is_removed(tmp_path: Path) -> None:
 def test_the_example_pod_compiles() -> None:
     spec = load_pod(EXAMPLE, environ={})
     compiled = compile_pod(spec)
-    (template,) = compiled.templates
+    template, researcher = compiled.templates
     assert template.name == "worker"
+    assert (researcher.name, researcher.document["profile"]) == ("researcher", "task_home")
+    assert researcher.document["home"] == {"mount": "/home/task", "max_bytes": 256 * 1024**2}
+    assert researcher.document["runner"]["type"] == "hermes"
     assert template.document["tools"] == ["ticket-api.get_ticket"]
     assert template.document["models"] == [{"slot": "primary", "ref": "local/clawstack-fake"}]
     assert template.context["upstreams"]["local"]["base_url"] == "http://127.0.0.1:18089/v1"

@@ -18,7 +18,7 @@ def raised() -> set[str]:
     for path in RUNS.rglob("*.py"):
         if path.name == "errors.py":
             continue
-        found |= set(re.findall(r'(?:RunsError|StartupError)\(\s*"([a-z_]+)"', path.read_text()))
+        found |= set(re.findall(r'(?:RunsError|StartupError|DeliverableError)\(\s*"([a-z_]+)"', path.read_text()))
     return found
 
 

@@ -41,6 +41,17 @@ class RunLabels:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskHome:
+    """A task-home run's home: the host directory, where the worker sees it, what the meter allows, and the
+    read-only ``content`` mounts ``(host source, target)`` resolved at ``claw up``."""
+
+    path: Path
+    mount: str
+    max_bytes: int
+    content: tuple[tuple[Path, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerSpec:
     """Everything needed to start one run's worker. ``config`` holds the run's proxy credential: it reaches the
     worker only as a private file the runner reads and deletes, never through argv or the environment."""
@@ -54,6 +65,7 @@ class WorkerSpec:
     max_runtime_s: int
     max_output_bytes: int  # stdout beyond this is discarded and the capture marked truncated
     image_id: str | None = None  # the template's pinned image (compose)
+    home: TaskHome | None = None  # a task-home run: the Hermes wrapper, the home and its meter
     writer_lock_fd: int | None = None
     """The pod lock's descriptor: the spawn holds it until the worker has started or failed, so that a killed
     supervisor's in-flight spawn keeps writer authority (``claw up`` refuses) until it is done."""
@@ -70,6 +82,9 @@ class WorkerState:
     stdout: bytes  # the bounded capture
     stdout_truncated: bool
     isolation: Isolation = "container"
+    home_meter: Literal["ok", "pending", "home_full", "home_meter_unavailable"] | None = None
+    """A task-home run's meter: ``pending`` until its first measure, then its verdict; a meter that is gone or
+    failed is ``home_meter_unavailable``. ``None`` for a stateless run."""
 
 
 class Backend(Protocol):
@@ -150,6 +165,7 @@ __all__ = [
     "Isolation",
     "IsolationReport",
     "RunLabels",
+    "TaskHome",
     "WorkerSpec",
     "WorkerState",
     "check_labels",

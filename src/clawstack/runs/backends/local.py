@@ -54,6 +54,7 @@ import clawstack
 from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir, fsync_dir
 from clawstack.pod.compile import installed_runner_digest
+from clawstack.pod.hermes import hermes_installation
 from clawstack.runs.backends import monitor as _monitor
 from clawstack.runs.backends.base import (
     INSTALLATION,
@@ -88,10 +89,24 @@ from clawstack.runs.backends.monitor import (
     read_json,
 )
 from clawstack.sandbox import system_mounts
+from clawstack.worker import meter as _meter
 from clawstack.worker.contract import CONFIG_FILE_ENV, WorkerConfigError, parse_worker_config
+from clawstack.worker.home_contract import HERMES_SITE_ENV, HOME_ENV
 
 RUNNER_ARGS: Final = ("-m", "clawstack.worker.oneshot")
 """What the interpreter runs: the one-shot runner. The task follows as ``-- TASK``."""
+HOME_RUNNER_ARGS: Final = ("-m", "clawstack.worker.hermes")
+"""A task-home run's runner: the Hermes wrapper."""
+SANDBOX_HERMES_SITE: Final = "/opt/claw/hermes"
+SANDBOX_METER: Final = "/opt/claw/meter.py"
+SANDBOX_METER_OUT: Final = "/run/claw-meter"
+METER_DIR: Final = "meter"
+"""The meter's own monitor directory inside the run's directory; its measures go to ``meter-out/meter.json``."""
+METER_OUT_DIR: Final = "meter-out"
+METER_RECORD: Final = "meter.json"
+METER_MEMORY_BYTES: Final = 256 * 1024 * 1024
+METER_PIDS: Final = 16
+METER_INTERVAL_S: Final = 1.0
 SANDBOX_UID: Final = 65534
 """The uid a root supervisor's workers run as (``nobody``); a non-root supervisor's run as its own uid."""
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
@@ -196,6 +211,9 @@ class LocalBackend:
         runner_args: Sequence[str] = RUNNER_ARGS,
         spawn_timeout_s: float = SPAWN_TIMEOUT_S,
         remove_timeout_s: float = REMOVE_TIMEOUT_S,
+        hermes_site: str | os.PathLike[str] | None = None,
+        meter_interval_s: float = METER_INTERVAL_S,
+        meter_max_entries: int = _meter.DEFAULT_MAX_ENTRIES,
     ) -> None:
         self._state_dir = Path(state_dir)
         self._pod = pod
@@ -207,6 +225,9 @@ class LocalBackend:
         self._runner_args = tuple(runner_args)
         self._spawn_timeout_s = spawn_timeout_s
         self._remove_timeout_s = remove_timeout_s
+        self._hermes_site = None if hermes_site is None else Path(hermes_site)
+        self._meter_interval_s = meter_interval_s
+        self._meter_max_entries = meter_max_entries
 
     @property
     def isolation(self) -> Isolation:
@@ -306,6 +327,8 @@ class LocalBackend:
             if (run_dir / MONITOR_RECORD).exists() or (run_dir / EXIT_RECORD).exists():
                 return
             plan, config = self._plan(spec, run_dir)
+            if spec.home is not None:
+                self._spawn_meter(spec, run_dir)
             self._start_monitor(run_dir, lock, plan, spec.task, config, spec.writer_lock_fd)
         finally:
             os.close(lock)
@@ -336,10 +359,12 @@ class LocalBackend:
 
     def _plan(self, spec: WorkerSpec, run_dir: Path) -> tuple[LaunchPlan, bytes]:
         layout = _PythonLayout.current()
+        home = spec.home
+        site = None if home is None else self._hermes_site or hermes_installation().site
         common: dict[str, Any] = {
             "run_dir": str(run_dir),
             "labels": dataclasses.asdict(spec.labels),
-            "runner_args": self._runner_args,
+            "runner_args": self._runner_args if home is None else HOME_RUNNER_ARGS,
             "memory_bytes": spec.memory_bytes,
             "pids": spec.pids,
             "max_runtime_s": spec.max_runtime_s,
@@ -353,6 +378,8 @@ class LocalBackend:
         if self._bwrap is None:
             paths = ([str(layout.package.parent)] if layout.package else []) + [str(path) for path in layout.sites]
             env |= {"PYTHONPATH": os.pathsep.join(paths), CONFIG_FILE_ENV: str(run_dir / HOST_CONFIG_FILE)}
+            if home is not None:
+                env |= {HOME_ENV: str(home.path), HERMES_SITE_ENV: str(site)}
             plan = LaunchPlan(isolation="none", python=sys.executable, env=env, **common)
             return plan, self._host_config(spec)
         binds = [Bind(str(layout.prefix), SANDBOX_PYTHON)]
@@ -364,6 +391,12 @@ class LocalBackend:
             binds.append(Bind(str(directory), f"{SANDBOX_SITE}/{index}"))
             paths.append(f"{SANDBOX_SITE}/{index}")
         binds.append(Bind(str(spec.proxy_socket), SANDBOX_PROXY_SOCKET))
+        if home is not None:
+            # The home is the one persistent writable path; content and Hermes's code are read-only.
+            binds.append(Bind(str(home.path), home.mount, writable=True))
+            binds += [Bind(str(source), target) for source, target in home.content]
+            binds.append(Bind(str(site), SANDBOX_HERMES_SITE))
+            env |= {HOME_ENV: home.mount, HERMES_SITE_ENV: SANDBOX_HERMES_SITE}
         env |= {
             "HOME": "/tmp",  # noqa: S108 - the sandbox's own tmpfs
             "PYTHONPATH": os.pathsep.join(paths),
@@ -381,6 +414,86 @@ class LocalBackend:
             **common,
         )
         return plan, spec.config
+
+    def _spawn_meter(self, spec: WorkerSpec, run_dir: Path) -> None:
+        """Start the run's home meter (:mod:`clawstack.worker.meter`) under a monitor of its own: a sandbox with
+        the home read-only, no network, no proxy socket and no credentials, writing only its measure file."""
+        home = spec.home
+        assert home is not None
+        meter_dir, out_dir = run_dir / METER_DIR, run_dir / METER_OUT_DIR
+        ensure_private_dir(meter_dir)
+        ensure_private_dir(out_dir)
+        lock = self._lock(meter_dir, create=True)
+        assert lock is not None
+        try:
+            if (meter_dir / MONITOR_RECORD).exists() or (meter_dir / EXIT_RECORD).exists():
+                return
+            layout = _PythonLayout.current()
+            script = str(Path(_meter.__file__).resolve())
+            sandboxed = self._bwrap is not None
+            root, out = (home.mount, SANDBOX_METER_OUT) if sandboxed else (str(home.path), str(out_dir))
+            args = [SANDBOX_METER if sandboxed else script, "--root", root, "--max-bytes", str(home.max_bytes)]
+            args += ["--max-entries", str(self._meter_max_entries), "--interval", f"{self._meter_interval_s:g}"]
+            args += ["--out", f"{out}/{METER_RECORD}"]
+            binds: tuple[Bind, ...] = ()
+            uid = SANDBOX_UID if sandboxed and os.geteuid() == 0 else None
+            if sandboxed:
+                binds = (
+                    Bind(str(layout.prefix), SANDBOX_PYTHON),
+                    Bind(script, SANDBOX_METER),
+                    Bind(str(home.path), home.mount),
+                    Bind(str(out_dir), SANDBOX_METER_OUT, writable=True),
+                )
+                if uid is not None:
+                    os.chown(out_dir, uid, uid)
+            plan = LaunchPlan(
+                run_dir=str(meter_dir),
+                labels=dataclasses.asdict(spec.labels),
+                isolation="bubblewrap" if sandboxed else "none",
+                python=f"{SANDBOX_PYTHON}/{layout.executable}" if sandboxed else sys.executable,
+                runner_args=tuple(args),
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_LIBRARY_PATH": f"{SANDBOX_PYTHON}/lib"}
+                if sandboxed
+                else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                memory_bytes=METER_MEMORY_BYTES,
+                pids=METER_PIDS,
+                max_runtime_s=spec.max_runtime_s + 60,
+                max_output_bytes=4096,
+                stderr_limit_bytes=self._stderr_limit_bytes,
+                tmp_bytes=1024 * 1024,
+                bwrap=self._bwrap,
+                system=_system_entries() if sandboxed else (),
+                binds=binds,
+                sandbox_uid=uid,
+                use_cgroups=self._use_cgroups,
+                cgroup_name=f"claw-{spec.labels.installation}-{spec.labels.run_id}-meter-{secrets.token_hex(4)}",
+                task_arg=False,
+            )
+            self._start_monitor(meter_dir, lock, plan, "", b"{}", None)
+        finally:
+            os.close(lock)
+
+    def _meter_verdict(self, run_dir: Path) -> Literal["ok", "pending", "home_full", "home_meter_unavailable"] | None:
+        """What the run's meter says now; ``None`` for a run without one (a stateless run)."""
+        meter_dir = run_dir / METER_DIR
+        if not meter_dir.is_dir():
+            return None
+        record, exited = self._records(meter_dir)
+        try:
+            measured = read_json(run_dir / METER_OUT_DIR / METER_RECORD)
+        except (OSError, ValueError) as exc:
+            raise LocalBackendError(
+                "the meter's measure could not be read", code="state_unreadable", retryable=True
+            ) from exc
+        verdict = None if measured is None else measured.get("verdict")
+        if verdict in ("home_full", "home_meter_unavailable"):
+            return verdict  # type: ignore[no-any-return]
+        if record is None:
+            return "pending"  # its monitor is being started
+        monitor = ProcessId.from_json(record["monitor"])
+        if exited is not None or monitor is None or not monitor.alive():
+            return "home_meter_unavailable"  # a meter that is gone or failed
+        return "ok" if verdict == "ok" else "pending"
 
     @staticmethod
     def _host_config(spec: WorkerSpec) -> bytes:
@@ -439,6 +552,11 @@ class LocalBackend:
 
     def _inspect(self, labels: RunLabels) -> WorkerState:
         run_dir = self.run_dir(labels)
+        state = self._worker_state(run_dir)
+        meter = self._meter_verdict(run_dir) if state.exists else None
+        return state if meter is None else dataclasses.replace(state, home_meter=meter)
+
+    def _worker_state(self, run_dir: Path) -> WorkerState:
         record, exited = self._records(run_dir)
         if record is None:
             return _empty_state(self.isolation)
@@ -499,6 +617,10 @@ class LocalBackend:
             record, _ = self._records(run_dir)
             if record is not None:
                 self._kill(record)
+            if (run_dir / METER_DIR).is_dir():
+                meter, _ = self._records(run_dir / METER_DIR)
+                if meter is not None:
+                    self._kill(meter)
             shutil.rmtree(run_dir)
             fsync_dir(run_dir.parent)
         finally:

@@ -334,10 +334,11 @@ def create_cgroups(cgroups: Cgroups, *, memory_bytes: int, pids: int) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Bind:
-    """A host path bound read-only into the sandbox at ``dest``."""
+    """A host path bound into the sandbox at ``dest``: read-only unless ``writable`` (a task home)."""
 
     source: str
     dest: str
+    writable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +369,8 @@ class LaunchPlan:
     sandbox_uid: int | None = None
     use_cgroups: bool = True
     cgroup_name: str = ""
+    task_arg: bool = True
+    """Whether the task follows the runner's arguments (``-- TASK``); a task-home meter takes none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -383,7 +386,7 @@ class LaunchPlan:
 
 def runner_command(plan: LaunchPlan, task: str) -> list[str]:
     """The runner's command line: the interpreter, its flags, the runner, ``--`` and the task, nothing else."""
-    return [plan.python, *PYTHON_FLAGS, *plan.runner_args, "--", task]
+    return [plan.python, *PYTHON_FLAGS, *plan.runner_args, *(("--", task) if plan.task_arg else ())]
 
 
 def bwrap_argv(plan: LaunchPlan, *, sources: Sequence[str], config_fd: int, status_fd: int, task: str) -> list[str]:
@@ -403,7 +406,10 @@ def bwrap_argv(plan: LaunchPlan, *, sources: Sequence[str], config_fd: int, stat
     ]
     mounts += [sandbox_spec.proc(), sandbox_spec.dev()]
     # A socket on a read-only mount still takes connections.
-    mounts += [sandbox_spec.ro_bind(source, bind.dest) for bind, source in zip(plan.binds, sources, strict=True)]
+    mounts += [
+        (sandbox_spec.bind if bind.writable else sandbox_spec.ro_bind)(source, bind.dest)
+        for bind, source in zip(plan.binds, sources, strict=True)
+    ]
     mounts += [
         sandbox_spec.tmpfs("/tmp", plan.tmp_bytes),  # noqa: S108 - the sandbox's own
         sandbox_spec.directory(os.path.dirname(SANDBOX_CONFIG_FILE), "0700"),
@@ -444,10 +450,12 @@ def staged_sources(count: int) -> list[str]:
     return [f"{_STAGE_DIR}/{index}" for index in range(count)]
 
 
-def stage_binds(sources: Sequence[str]) -> None:
+def stage_binds(sources: Sequence[str], writable: Sequence[bool] = ()) -> None:
     """Make ``sources`` reachable for the unprivileged sandbox user without changing the host: in a private
     mount namespace, open each while still root, cover :data:`_STAGE_DIR` with a small tmpfs and bind each
-    source (read-only) at :func:`staged_sources`. The host's mount table never sees any of it."""
+    source (read-only, unless ``writable`` says otherwise for it) at :func:`staged_sources`. The host's mount
+    table never sees any of it."""
+    writable = list(writable) or [False] * len(sources)
     libc = _libc()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
@@ -457,14 +465,14 @@ def stage_binds(sources: Sequence[str]) -> None:
         libc.mount(b"claw-stage", _STAGE_DIR.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755,size=64k"),
         "mount stage",
     )
-    for fd, target in zip(fds, staged_sources(len(fds)), strict=True):
+    for fd, target, rw in zip(fds, staged_sources(len(fds)), writable, strict=True):
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             os.mkdir(target, 0o755)
         else:
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
         _check(libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, _MS_BIND | _MS_REC, None), "bind")
-        flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-        _check(libc.mount(None, target.encode(), None, flags, None), "remount read-only")
+        flags = _MS_BIND | _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | (0 if rw else _MS_RDONLY)
+        _check(libc.mount(None, target.encode(), None, flags, None), "remount")
         os.close(fd)
 
 
@@ -607,6 +615,7 @@ class Monitor:
         _write_json(self.run_dir / MONITOR_RECORD, self.record)
 
     def _preexec(self, stage: Sequence[str], diagnostics: int) -> None:
+        writable = [bind.writable for bind in self.plan.binds]
         # Runs in the forked child, single-threaded, as root when a uid is to be dropped.
         try:
             if self.cgroups is not None:
@@ -621,7 +630,7 @@ class Monitor:
             if self.plan.isolation == "none":
                 _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
             if stage:
-                stage_binds(stage)
+                stage_binds(stage, writable)
             if self.plan.sandbox_uid is not None:
                 drop_privileges(self.plan.sandbox_uid)
         except Exception as exc:

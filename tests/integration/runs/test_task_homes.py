@@ -1,0 +1,139 @@
+"""Task homes end to end on the local backend, with the real Hermes agent against the scripted fake model: the
+first run starts a session, a later run resumes exactly that session, deliverables and questions reach the
+requester, one live run per home, and the homes API."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from clawstack.common.digest import spec_digest
+
+from .conftest import RunsStack, eventually
+
+pytestmark = [pytest.mark.hermes, pytest.mark.slow]
+
+
+def home_launch(stack: RunsStack, run_id: str, task: str, home: str = "task-1", **extra: Any) -> dict[str, Any]:
+    body = stack.launch_body(run_id, task)
+    spec = {"template": "researcher", "task": task, "home": home, **extra}
+    return body | {"spec": spec, "spec_digest": spec_digest(spec)}
+
+
+async def finished(stack: RunsStack, run_id: str) -> dict[str, Any]:
+    answer = await stack.call("GET", f"/v1/runs/acme/{run_id}?wait=stopped&timeout=60s")
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def chats(stack: RunsStack) -> list[Any]:
+    return [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]
+
+
+async def test_a_later_run_resumes_the_first_runs_session(stack: RunsStack) -> None:
+    first = await stack.call("POST", "/v1/runs", home_launch(stack, "r1", "@fake reply: first answer"))
+    assert first.status == 202, first.body
+    one = await finished(stack, "r1")
+    assert one["state"] == "stopped", one
+    assert one["result"]["outcome"] == "answer"
+    session = one["result"]["session"]
+    assert (await stack.call("GET", "/v1/runs/acme/r1/result")).body == b"first answer"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "r2", "@fake reply: second answer"))
+    two = await finished(stack, "r2")
+    assert two["state"] == "stopped", two
+    assert two["result"] == {"bytes": 13, "truncated": False, "outcome": "answer", "session": session}
+    # The second run's model call carried the first turn: the same conversation, its task as the next message.
+    last = chats(stack)[-1].body["messages"]
+    turns = [(m["role"], m["content"]) for m in last if m["role"] in ("user", "assistant")]
+    assert turns == [
+        ("user", "@fake reply: first answer"),
+        ("assistant", "first answer"),
+        ("user", "@fake reply: second answer"),
+    ]
+    system = last[0]["content"]
+    assert "deliverables/" in system  # the contract tells it about its home
+    assert ".claw-run/question.md" in system
+    assert "Researcher" in system  # the template's contract
+
+
+async def test_deliverables_and_questions_reach_the_requester(stack: RunsStack) -> None:
+    write = json.dumps({"path": "deliverables/report.md", "content": "# Report\n\nAll good.\n"})
+    task = f"@fake tool-call: write_file {write}\n@fake reply: wrote the report"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "d1", task, home="reports"))
+    done = await finished(stack, "d1")
+    assert done["state"] == "stopped", done
+    listed = (await stack.call("GET", "/v1/homes/acme/reports/deliverables")).json()
+    content = b"# Report\n\nAll good.\n"
+    digest = hashlib.sha256(content).hexdigest()
+    assert listed["truncated"] is False
+    assert [(d["name"], d["bytes"], d["sha256"]) for d in listed["deliverables"]] == [("report.md", 20, digest)]
+    fetched = (await stack.call("GET", f"/v1/homes/acme/reports/deliverables/report.md?sha256={digest}")).json()
+    assert base64.b64decode(fetched["content_base64"]) == content
+    stale = await stack.call("GET", f"/v1/homes/acme/reports/deliverables/report.md?sha256={'0' * 64}")
+    assert (stale.status, stale.json()["error"]["code"]) == (409, "deliverable_changed")
+    assert "content_base64" not in stale.body.decode()
+    # A worker that needs a person leaves a question and ends its turn.
+    ask = json.dumps({"path": ".claw-run/question.md", "content": "Which quarter?"})
+    await stack.call(
+        "POST",
+        "/v1/runs",
+        home_launch(stack, "d2", f"@fake tool-call: write_file {ask}\n@fake reply: asked", home="reports"),
+    )
+    asked = await finished(stack, "d2")
+    assert asked["state"] == "stopped", asked
+    assert asked["result"]["outcome"] == "question"
+    assert asked["result"]["session"] == done["result"]["session"]
+    assert (await stack.call("GET", "/v1/runs/acme/d2/result")).body == b"Which quarter?"
+
+
+async def test_one_live_run_per_home_and_the_homes_api(stack: RunsStack) -> None:
+    slow = home_launch(stack, "h1", "@fake delay-ms: 4000\n@fake reply: slow", home="busy")
+    assert (await stack.call("POST", "/v1/runs", slow)).status == 202
+    busy = await stack.call("POST", "/v1/runs", home_launch(stack, "h2", "@fake reply: no", home="busy"))
+    assert (busy.status, busy.json()["error"]["code"]) == (409, "home_busy")
+    assert (await stack.call("POST", "/v1/runs", slow)).status == 200  # a repeat answers with the run
+    other = await stack.call("POST", "/v1/runs", home_launch(stack, "h3", "@fake reply: elsewhere", home="other"))
+    assert other.status == 202
+    reserved = (await stack.call("GET", "/v1/homes/acme/busy")).json()
+    assert reserved["reserved_by"] == "h1"  # from admission, before its worker (and the home) exists
+    await stack.call("GET", "/v1/runs/acme/h1?wait=running&timeout=30s")
+    reserved = (await stack.call("GET", "/v1/homes/acme/busy")).json()
+    assert reserved == {"installation": "acme", "home": "busy", "exists": True, "reserved_by": "h1"}
+    refused = await stack.call("DELETE", "/v1/homes/acme/busy")
+    assert (refused.status, refused.json()["error"]["code"]) == (409, "home_busy")
+    first = await finished(stack, "h1")
+    assert first["state"] == "stopped", first
+    assert (await stack.call("GET", "/v1/homes/acme/busy")).json()["reserved_by"] is None
+    assert (await stack.call("DELETE", "/v1/homes/acme/busy")).json()["deleted"] is True
+    unknown = await stack.call("GET", "/v1/homes/acme/busy")
+    assert (unknown.status, unknown.json()["error"]["code"]) == (404, "home_unknown")
+    # Deleting resets the task: the next run starts with an empty home and a new session.
+    await stack.call("POST", "/v1/runs", home_launch(stack, "h4", "@fake reply: afresh", home="busy"))
+    fresh = await finished(stack, "h4")
+    assert fresh["result"]["session"] != first["result"]["session"]
+    await finished(stack, "h3")
+
+
+async def test_home_is_required_for_a_task_home_template_and_refused_for_a_stateless_one(stack: RunsStack) -> None:
+    spec = {"template": "researcher", "task": "x"}
+    body = stack.launch_body("n1") | {"spec": spec, "spec_digest": spec_digest(spec)}
+    missing = await stack.call("POST", "/v1/runs", body)
+    assert missing.status == 400
+    assert "home is required" in missing.json()["error"]["message"]
+    stateless = await stack.call("POST", "/v1/runs", stack.launch_body("n2", "x", home="h"))
+    assert stateless.status == 400
+    assert "refused for a stateless" in stateless.json()["error"]["message"]
+    for bad in (".hidden", "", "a" * 129, "a/b", "a b"):
+        spec = {"template": "researcher", "task": "x", "home": bad}
+        answer = await stack.call(
+            "POST", "/v1/runs", stack.launch_body("n3") | {"spec": spec, "spec_digest": spec_digest(spec)}
+        )
+        assert answer.status == 400, bad
+    ok = {"template": "researcher", "task": "@fake reply: max", "home": "a" * 128}
+    assert (
+        await stack.call("POST", "/v1/runs", stack.launch_body("n4") | {"spec": ok, "spec_digest": spec_digest(ok)})
+    ).status == 202
+    await eventually(lambda: stack.supervisor.record(("acme", "n4")).terminal, timeout_s=60, what="n4 ending")

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from clawstack.cli._runs_common import SOCKET_OPTION, checked, client_for, socket_dir_for
+from clawstack.cli._runs_home import home
 from clawstack.cli._runs_view import runs_table, status_block
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.cli.pod import POD_OPTION
@@ -24,7 +26,6 @@ from clawstack.common.errors import ClawError
 from clawstack.common.files import ensure_private_dir
 from clawstack.pod.artifacts import PodPaths
 from clawstack.runs.client import RunsClient, load_spec
-from clawstack.runs.errors import RunsError
 from clawstack.runs.listing import MAX_LIMIT, STATES
 from clawstack.runs.server import RunsServer, parse_timeout
 from clawstack.runs.supervisor import Supervisor
@@ -32,17 +33,7 @@ from clawstack.runs.supervisor import Supervisor
 if TYPE_CHECKING:
     from clawstack.runs.backends.base import Backend
 
-SOCKET_OPTION = click.option(
-    "--socket-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="The socket directory (default <pod>/.claw-runs/sock).",
-)
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the raw JSON.")
-
-
-def _socket_dir(pod_dir: Path, socket_dir: Path | None) -> Path:
-    return socket_dir if socket_dir is not None else PodPaths(pod_dir.resolve()).runs / "sock"
 
 
 @click.group(name="runs")
@@ -82,7 +73,7 @@ def serve(
     (x-claw.backend: local sandboxes, or one Docker Compose project per run)."""
     configure_logging("info")
     paths = PodPaths(pod_dir.resolve())
-    directory = _socket_dir(pod_dir, socket_dir)
+    directory = socket_dir_for(pod_dir, socket_dir)
     if socket_dir is None:
         ensure_private_dir(directory)
     backend = _backend(paths, allow_no_isolation=allow_no_isolation)
@@ -115,24 +106,11 @@ def _backend(paths: PodPaths, *, allow_no_isolation: bool = False) -> Backend:
         raise click.ClickException(exc.message) from exc
 
 
-def _client(pod_dir: Path, socket_dir: Path | None) -> RunsClient:
-    return RunsClient(_socket_dir(pod_dir, socket_dir) / "runs.sock")
-
-
 def _print_status(status: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(status, indent=2))
         return
     click.echo(status_block(status))
-
-
-def _run(action: Any) -> Any:
-    try:
-        return action()
-    except RunsError as exc:
-        raise click.ClickException(f"{exc.code}: {exc.message}") from exc
-    except ClawError as exc:
-        raise click.ClickException(exc.message) from exc
 
 
 @runs.command()
@@ -161,8 +139,8 @@ def launch(
     credential = os.environ.get(credential_env) if credential_env else None
     if credential_env and not credential:
         raise click.ClickException(f"{credential_env} is not set")
-    with _client(pod_dir, socket_dir) as client:
-        status = _run(
+    with client_for(pod_dir, socket_dir) as client:
+        status = checked(
             lambda: client.launch(
                 installation,
                 run_id,
@@ -193,8 +171,8 @@ def status(
     as_json: bool,
 ) -> None:
     """Show a run's status (optionally waiting for a state)."""
-    with _client(pod_dir, socket_dir) as client:
-        result = _run(
+    with client_for(pod_dir, socket_dir) as client:
+        result = checked(
             lambda: client.status(installation, run_id, wait=wait, timeout_s=parse_timeout(timeout) if wait else None)
         )
     _print_status(result, as_json)
@@ -233,10 +211,10 @@ def list_command(
     """List runs, newest first: installation, run, state, failure, age (since accepted) and runtime."""
     if watch and as_json:
         raise click.UsageError("--watch draws a table; it cannot be combined with --json")
-    with _client(pod_dir, socket_dir) as client:
+    with client_for(pod_dir, socket_dir) as client:
 
         def matching() -> list[Any]:
-            return _run(lambda: _list_runs(client, installation, state, limit))  # type: ignore[no-any-return]
+            return checked(lambda: _list_runs(client, installation, state, limit))  # type: ignore[no-any-return]
 
         def table() -> Table:
             return runs_table(matching(), SystemClock().now())
@@ -276,8 +254,8 @@ def cancel(
     as_json: bool,
 ) -> None:
     """Cancel a run (a never-accepted key is tombstoned)."""
-    with _client(pod_dir, socket_dir) as client:
-        result = _run(
+    with client_for(pod_dir, socket_dir) as client:
+        result = checked(
             lambda: client.cancel(
                 installation,
                 run_id,
@@ -299,8 +277,8 @@ def cancel(
 @SOCKET_OPTION
 def result(installation: str, run_id: str, pod_dir: Path, socket_dir: Path | None) -> None:
     """Print a run's answer."""
-    with _client(pod_dir, socket_dir) as client:
-        text, truncated = _run(lambda: client.result(installation, run_id))
+    with client_for(pod_dir, socket_dir) as client:
+        text, truncated = checked(lambda: client.result(installation, run_id))
     click.echo(text)
     if truncated:
         click.echo("(the answer was cut at the template's max-result-bytes)", err=True)
@@ -367,3 +345,6 @@ def _doctor_workers(paths: PodPaths, backend: Backend, *, remove_orphans: bool) 
             lock.release()
         return 0
     return len(orphans)
+
+
+runs.add_command(home)

@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -100,6 +100,24 @@ class RunsClient:
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health").json()  # type: ignore[no-any-return]
 
+    def home(self, installation: str, home: str) -> dict[str, Any]:
+        """``GET /v1/homes/{installation}/{home}``: whether it exists and which run reserves it."""
+        return self._call("GET", f"/v1/homes/{installation}/{quote(home)}").json()  # type: ignore[no-any-return]
+
+    def delete_home(self, installation: str, home: str) -> dict[str, Any]:
+        """``DELETE /v1/homes/{installation}/{home}`` (``home_busy`` while a run reserves it)."""
+        return self._call("DELETE", f"/v1/homes/{installation}/{quote(home)}").json()  # type: ignore[no-any-return]
+
+    def deliverables(self, installation: str, home: str) -> dict[str, Any]:
+        path = f"/v1/homes/{installation}/{quote(home)}/deliverables"
+        return self._call("GET", path).json()  # type: ignore[no-any-return]
+
+    def deliverable(self, installation: str, home: str, name: str, *, sha256: str | None = None) -> dict[str, Any]:
+        """One deliverable, base64 in JSON; with ``sha256``, ``deliverable_changed`` if it changed since."""
+        path = f"/v1/homes/{installation}/{quote(home)}/deliverables/{quote(name)}"
+        params = None if sha256 is None else {"sha256": sha256}
+        return self._call("GET", path, params=params).json()  # type: ignore[no-any-return]
+
 
 class AsyncRunsClient:
     """An asyncio client for one supervisor socket, with the methods of :class:`RunsClient`."""
@@ -175,6 +193,24 @@ class AsyncRunsClient:
 
     async def health(self) -> dict[str, Any]:
         return (await self._call("GET", "/v1/health")).json()  # type: ignore[no-any-return]
+
+    async def home(self, installation: str, home: str) -> dict[str, Any]:
+        return (await self._call("GET", f"/v1/homes/{installation}/{quote(home)}")).json()  # type: ignore[no-any-return]
+
+    async def delete_home(self, installation: str, home: str) -> dict[str, Any]:
+        path = f"/v1/homes/{installation}/{quote(home)}"
+        return (await self._call("DELETE", path)).json()  # type: ignore[no-any-return]
+
+    async def deliverables(self, installation: str, home: str) -> dict[str, Any]:
+        path = f"/v1/homes/{installation}/{quote(home)}/deliverables"
+        return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
+
+    async def deliverable(
+        self, installation: str, home: str, name: str, *, sha256: str | None = None
+    ) -> dict[str, Any]:
+        path = f"/v1/homes/{installation}/{quote(home)}/deliverables/{quote(name)}"
+        path += "" if sha256 is None else "?" + urlencode({"sha256": sha256})
+        return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
 
 
 def _launch_body(

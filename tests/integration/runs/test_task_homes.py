@@ -4,6 +4,7 @@ requester, one live run per home, and the homes API."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -137,3 +138,67 @@ async def test_home_is_required_for_a_task_home_template_and_refused_for_a_state
         await stack.call("POST", "/v1/runs", stack.launch_body("n4") | {"spec": ok, "spec_digest": spec_digest(ok)})
     ).status == 202
     await eventually(lambda: stack.supervisor.record(("acme", "n4")).terminal, timeout_s=60, what="n4 ending")
+
+
+def terminal(command: str) -> str:
+    return "@fake tool-call: terminal " + json.dumps({"command": command})
+
+
+async def test_a_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_in_the_home(stack: RunsStack) -> None:
+    port = stack.fake.base_url.rsplit(":", 1)[1].split("/")[0]
+    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) > deliverables/net.txt 2>&1; echo exit=$? >> deliverables/net.txt"
+    task = terminal(probe) + "\n@fake reply: probed"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "p1", task, home="probe"))
+    done = await finished(stack, "p1")
+    assert done["state"] == "stopped", done
+    fetched = (await stack.call("GET", "/v1/homes/acme/probe/deliverables/net.txt")).json()
+    text = base64.b64decode(fetched["content_base64"]).decode()
+    assert "Connection refused" in text
+    assert "exit=1" in text  # the model's own port on the host is not reachable from the worker's network
+    home = stack.supervisor.homes.path("acme", "probe")
+    identity = done["run_agent_id"].encode()
+    for path in home.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert identity not in path.read_bytes(), path.relative_to(home)
+    assert str(stack.pod) not in json.dumps(done)  # no host path in the status
+
+
+async def test_crossing_max_bytes_ends_the_run_home_full(stack: RunsStack) -> None:
+    await stack.recompile(lambda text: text.replace("max-bytes: 256m", "max-bytes: 1m"))
+    task = terminal("head -c 3000000 /dev/zero > big.bin") + "\n@fake delay-ms: 3000\n@fake reply: filled"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "f1", task, home="full"))
+    ended = (await stack.call("GET", "/v1/runs/acme/f1?wait=failed&timeout=60s")).json()
+    assert (ended["state"], ended["failure"]) == ("failed", "home_full"), ended
+    assert ended["revoked"] is True
+    assert await stack.supervisor.backend.list_workers() == []  # neither the worker nor its meter remain
+    # The home stays (a watchdog, not a cleanup): delete it to reset the task.
+    assert (await stack.call("DELETE", "/v1/homes/acme/full")).json()["deleted"] is True
+
+
+async def test_a_killed_supervisor_keeps_the_home_reserved_until_teardown(stack: RunsStack) -> None:
+    from clawstack.common.uds import AsyncUnixClient
+
+    from .test_crash_safety import kill, serve
+
+    await stack.server.stop()
+    proc = await asyncio.to_thread(serve, stack.pod, stack.socket_dir)
+    client = AsyncUnixClient(stack.socket_dir / "runs.sock")
+    try:
+        slow = home_launch(stack, "k1", "@fake delay-ms: 4000\n@fake reply: survived", home="kept")
+        assert (await client.request("POST", "/v1/runs", json_body=slow)).status == 202
+        await client.request("GET", "/v1/runs/acme/k1?wait=running&timeout=30s", timeout_s=40)
+        await asyncio.to_thread(kill, proc)
+        proc = await asyncio.to_thread(serve, stack.pod, stack.socket_dir)
+        other = home_launch(stack, "k2", "@fake reply: no", home="kept")
+        busy = await client.request("POST", "/v1/runs", json_body=other)
+        assert (busy.status, busy.json()["error"]["code"]) == (409, "home_busy")
+        done = await client.request("GET", "/v1/runs/acme/k1?wait=stopped&timeout=60s", timeout_s=70)
+        assert done.json()["state"] == "stopped", done.json()
+        assert (await client.request("POST", "/v1/runs", json_body=other)).status == 202
+        after = await client.request("GET", "/v1/runs/acme/k2?wait=stopped&timeout=60s", timeout_s=70)
+        assert after.json()["result"]["session"] == done.json()["result"]["session"]
+    finally:
+        await client.close()
+        await asyncio.to_thread(kill, proc)
+    first_turns = [r for r in chats(stack) if r.body["messages"][-1]["content"].endswith("@fake reply: survived")]
+    assert len(first_turns) == 1  # one worker, never two

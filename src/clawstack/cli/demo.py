@@ -13,6 +13,7 @@ language model, and the output says so.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
@@ -46,6 +47,14 @@ TASK: Final = (
     "help. Next step: take it out of service and call the vendor."
 )
 SLOW_TASK: Final = "Summarize every ticket ever filed.\n@fake reply: (never sent)\n@fake delay-ms: 60000"
+HOME_TASKS: Final = (
+    "Start a report on the printer tickets and hand me a first draft.\n"
+    '@fake tool-call: write_file {"path": "deliverables/report.md", "content": "# Printers\\n\\nTicket 42: the '
+    'third-floor printer smokes when printing duplex.\\n"}\n'
+    "@fake reply: I put a first draft in deliverables/report.md.",
+    "Thanks. What did you write last time?\n@fake reply: A first draft of the printer report; it is still in "
+    "deliverables/report.md.",
+)
 
 
 TOOL_PORT: Final = 8091
@@ -223,6 +232,10 @@ def _run(base: Path, backend: str) -> None:
             "runs listening: ",
         )
         _runs(socket_dir / "runs.sock")
+        if backend == "local":
+            _task_home(socket_dir / "runs.sock")
+        else:
+            click.echo("\n(Task homes run under the local backend only in this version; see docs/runs.md.)")
     finally:
         processes.stop()
         with contextlib.suppress(DemoError):
@@ -246,6 +259,36 @@ def _runs(socket: Path) -> None:
         _show("status of acme/demo-2", cancelled)
         if done.get("state") != "stopped" or cancelled.get("state") != "stopped":
             raise DemoError("a run did not end as expected; see the statuses above")
+
+
+def _task_home(socket: Path) -> None:
+    """Two runs of one task on one home: the second resumes the first run's Hermes session and fetches the
+    deliverable the first one wrote."""
+    authority = SystemClock().now() + timedelta(minutes=10)
+    sessions = []
+    with RunsClient(socket) as client:
+        for index, task in enumerate(HOME_TASKS, start=1):
+            run_id = f"home-{index}"
+            click.echo(f"\nLaunching run acme/{run_id} on home acme/printers (Hermes): " + task.splitlines()[0])
+            spec = {"template": "researcher", "task": task, "home": "printers"}
+            client.launch("acme", run_id, spec, authority_expires_at=authority)
+            done = client.status("acme", run_id, wait="stopped", timeout_s=60)
+            if done.get("state") != "stopped" or not done.get("result"):
+                _show(f"status of acme/{run_id}", done)
+                raise DemoError(f"the task-home run acme/{run_id} did not end as expected")
+            sessions.append(done["result"]["session"])
+            answer, _ = client.result("acme", run_id)
+            click.echo(f"  answer ({done['result']['outcome']}, session {done['result']['session']}):\n  {answer}")
+        if sessions[0] != sessions[1]:
+            raise DemoError("the second run did not resume the first run's session")
+        click.echo("  the second run resumed the first run's session")
+        listed = client.deliverables("acme", "printers")["deliverables"]
+        click.echo(
+            "\nDeliverables of home acme/printers: " + ", ".join(f"{d['name']} ({d['bytes']} bytes)" for d in listed)
+        )
+        report = client.deliverable("acme", "printers", "report.md", sha256=listed[0]["sha256"])
+        text = base64.b64decode(report["content_base64"]).decode()
+        click.echo("  report.md:\n    " + text.strip().replace("\n", "\n    "))
 
 
 def _free_port() -> int:

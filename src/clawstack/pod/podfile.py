@@ -387,6 +387,8 @@ def _template(
     content = _content(pod_dir, run.get("content"), f"{where}.x-claw.run.content")
     if content and home is None:
         raise ValidationError("content mounts need a task home (x-claw.run.home)", where=f"{where}.x-claw.run.content")
+    if home is not None:
+        _check_mounts(home, content, f"{where}.x-claw.run")
 
     models = _models(x_claw, models_defaults, upstreams, env, where)
     if home is not None and any(m.reasoning_effort or m.provider_preferences for m in models):
@@ -481,6 +483,42 @@ def _home(value: Any, where: str) -> Home:
     max_bytes = home.get("max-bytes", defaults.max_bytes)
     size = parse_size(max_bytes, where=f"{where}.max-bytes")
     return Home(mount=mount.rstrip("/"), max_bytes=bounded(size, 1024**2, 1024**4, where=f"{where}.max-bytes"))
+
+
+RESERVED_PATHS: Final = (
+    "/tmp",  # noqa: S108 - a path inside the worker, not one this process uses
+    "/proc",
+    "/dev",
+    "/run",
+    "/opt/claw",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+)
+"""What a worker's sandbox or container provides itself: a home or a content mount may not cover any of it."""
+
+
+def _within(path: str, other: str) -> bool:
+    return path == other or path.startswith(other.rstrip("/") + "/") or other.startswith(path.rstrip("/") + "/")
+
+
+def _check_mounts(home: Home, content: tuple[Content, ...], where: str) -> None:
+    """The home and each content target are apart from one another and from the paths the worker's sandbox
+    provides (a mount over one would hide it, or be hidden)."""
+    if home.mount == "" or any(_within(home.mount, reserved) for reserved in RESERVED_PATHS):
+        raise ValidationError(
+            f"{home.mount or '/'!r} is a path the worker's sandbox provides", where=f"{where}.home.mount"
+        )
+    for index, item in enumerate(content):
+        target_where = f"{where}.content[{index}].target"
+        if _within(item.target, home.mount):
+            raise ValidationError("a content target may not be the home or inside it (or hold it)", where=target_where)
+        if any(_within(item.target, reserved) for reserved in RESERVED_PATHS):
+            raise ValidationError(f"{item.target!r} is a path the worker's sandbox provides", where=target_where)
 
 
 def _content(pod_dir: Path, value: Any, where: str) -> tuple[Content, ...]:

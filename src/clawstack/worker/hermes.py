@@ -177,8 +177,10 @@ def open_deliverables(home: Path) -> None:
 
 
 def save_session(home: Path, session: str) -> None:
-    """Write the turn's session id to ``.claw-run/session`` atomically."""
+    """Write the turn's session id to ``.claw-run/session`` atomically (``worker_home_invalid`` if the turn
+    replaced ``.claw-run`` with something else than a directory)."""
     directory = home / RUN_DIR
+    _real_dir(directory, create=False)
     fd, temporary = tempfile.mkstemp(prefix=".session-", dir=directory)
     try:
         os.write(fd, session.encode() + b"\n")
@@ -319,11 +321,16 @@ async def run_turn(task: str, config: WorkerConfig, home: Path, site: str) -> tu
         finally:
             if forwarder is not None:
                 await forwarder.close()
-    session = prove_turn(home, before, saved, runner_code, stderr)
-    question = read_question(home)
-    reply = stored_reply(home / STORE_DIR / "state.db", before, session) or ""
-    save_session(home, session)
-    open_deliverables(home)
+    try:
+        session = prove_turn(home, before, saved, runner_code, stderr)
+        question = read_question(home)
+        try:
+            reply = stored_reply(home / STORE_DIR / "state.db", before, session) or ""
+        except sqlite3.Error:
+            raise _Failed("worker_session_unproven") from None
+        save_session(home, session)
+    finally:
+        open_deliverables(home)  # at the end of every turn Hermes ran, a failed one too
     if question is not None:
         return HomeResult("question", session), question
     return HomeResult("answer", session), reply
@@ -339,13 +346,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     os.umask(0o077)
+    # First of all, as the one-shot runner does: however the wrapper ends, the configuration file is gone.
+    try:
+        config: WorkerConfig | None = load_worker_config(os.environ)
+        config_error: WorkerConfigError | None = None
+    except WorkerConfigError as exc:
+        config, config_error = None, exc
     if len(args) != 1 or not args[0].strip():
         _emit(format_failure(HomeFailure("worker_usage")))
         return USAGE_EXIT
-    try:
-        config = load_worker_config(os.environ)
-    except WorkerConfigError as exc:
-        print(f"clawstack-hermes: {exc.code}", file=sys.stderr)
+    if config is None:
+        assert config_error is not None
+        print(f"clawstack-hermes: {config_error.code}", file=sys.stderr)
         return CONFIG_ERROR_EXIT
     home, site = os.environ.get(HOME_ENV), os.environ.get(HERMES_SITE_ENV)
     if not home or not site:

@@ -48,6 +48,10 @@ def test_demo_runs_end_to_end_and_says_the_model_is_fake() -> None:
     assert "status of acme/demo-1 state stopped cancelled False" in output
     assert "status of acme/demo-2 state stopped cancelled True" in output
     assert "revocation_proof cllama_ack" in output
+    # One task on one home across two runs: the second resumes the first's session and the report is fetched.
+    assert "the second run resumed the first run's session" in output
+    assert "Deliverables of home acme/printers: report.md" in output
+    assert "Ticket 42: the third-floor printer smokes when printing duplex." in output
     assert " ".join(FAKE_MODEL_STATEMENT.split()) in output
     assert _processes_with(marker) == []
 

@@ -34,7 +34,7 @@ from clawstack.proxy.identities import ChainEntry
 from clawstack.runs.backends.base import RunLabels, TaskHome, WorkerSpec
 from clawstack.runs.ledger import RunRecord
 from clawstack.worker.contract import WorkerConfig, extract_answer
-from clawstack.worker.home_contract import parse_failure, parse_result
+from clawstack.worker.home_contract import read_home_exit
 
 if TYPE_CHECKING:
     from clawstack.runs.supervisor import Supervisor
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 RETRY_INITIAL_S: Final = 0.5
 RETRY_MAX_S: Final = 30.0
+LOST_EXIT: Final = 255
+"""The exit a worker is read as when none was observed (it vanished): never a success."""
 METER_START_S: Final = 30.0
 """How long a task-home run's meter may take to report its first measure before the run ends
 ``home_meter_unavailable``."""
@@ -266,18 +268,19 @@ class RunDriver:
         failure: str | None = None
         answer = extract_answer(stdout, max_bytes)
         fields: dict[str, Any] = {"exit_code": exit_code, "exited_at": format_timestamp(self.sup.clock.now())}
-        home_result = parse_result(stdout) if record.home is not None and exit_code == 0 else None
+        home_result = None
         if timed_out:
             failure = "timeout"
+        elif record.home is not None:
+            failure, runner_code, home_result = read_home_exit(LOST_EXIT if exit_code is None else exit_code, stdout)
+            if runner_code is not None:
+                fields["exit_observed"] = {"runner_code": runner_code}
+            if home_result is None:
+                answer = None  # only a proven turn has a result
         elif exit_code != 0:
             failure = "exit_nonzero"
-            report = parse_failure(stdout) if record.home is not None else None
-            if report is not None:  # only a non-zero exit reports a failure, and only one this contract names
-                failure = report.reason
-                if report.runner_code is not None:
-                    fields["exit_observed"] = {"runner_code": report.runner_code}
-        elif answer is None or (record.home is not None and home_result is None):
-            failure, answer = "result_missing", None
+        elif answer is None:
+            failure = "result_missing"
         if answer is not None:
             text, cut = answer
             self.sup.files.store_result(record, text)

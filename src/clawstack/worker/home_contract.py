@@ -120,6 +120,22 @@ def parse_failure(stdout: bytes) -> HomeFailure | None:
     return HomeFailure(reason) if len(parts) == 1 else None
 
 
+def read_home_exit(exit_code: int, stdout: bytes) -> tuple[str | None, int | None, HomeResult | None]:
+    """What a task-home worker's exit means to the supervisor: ``(failure, runner_code, result)``.
+
+    An exit of 0 is a success only with a well-formed result header (else ``result_missing``), and never a
+    failure of the worker's choosing, whatever its output says; a non-zero exit is the reason its report names
+    (with Hermes's code for ``worker_runner_exit``), or ``exit_nonzero`` for a report this contract does not name.
+    """
+    if exit_code == 0:
+        result = parse_result(stdout)
+        return (None, None, result) if result is not None else ("result_missing", None, None)
+    report = parse_failure(stdout)
+    if report is None:
+        return "exit_nonzero", None, None
+    return report.reason, report.runner_code, None
+
+
 __all__ = [
     "DELIVERABLES_DIR",
     "FAILURE_EXIT",
@@ -141,4 +157,5 @@ __all__ = [
     "format_result",
     "parse_failure",
     "parse_result",
+    "read_home_exit",
 ]

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +203,72 @@ async def test_a_killed_supervisor_keeps_the_home_reserved_until_teardown(stack:
         await asyncio.to_thread(kill, proc)
     first_turns = [r for r in chats(stack) if r.body["messages"][-1]["content"].endswith("@fake reply: survived")]
     assert len(first_turns) == 1  # one worker, never two
+
+
+FAILING_HERMES = """
+import sys
+
+
+def main():
+    print("some output of hermes that must never reach a report", file=sys.stderr)
+    return 7
+"""
+
+
+async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback(
+    stack: RunsStack, tmp_path: Path
+) -> None:
+    from clawstack.runs.backends.local import LocalBackend
+    from clawstack.runs.server import RunsServer
+    from clawstack.runs.supervisor import Supervisor
+
+    from .test_lifecycle import Orchestrator, start_orchestrator
+
+    orchestrator = Orchestrator()
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=3600)
+        ask = json.dumps({"path": ".claw-run/question.md", "content": "Which quarter?"})
+        task = f"@fake tool-call: write_file {ask}\n@fake reply: asked"
+        body = home_launch(stack, "q1", task, home="cb") | {"credential": "orchestrator-token-q"}
+        await stack.call("POST", "/v1/runs", body)
+        asked = await finished(stack, "q1")
+        assert asked["result"]["outcome"] == "question", asked
+        end = await eventually(lambda: [c for c in orchestrator.calls if c[0].endswith("/q1/end")], timeout_s=30)
+        assert end[0][2] == {
+            "installation": "acme",
+            "run_id": "q1",
+            "generation": 1,
+            "outcome": "succeeded",
+            "reason": "",
+            "summary": "Which quarter?",
+            "summary_truncated": False,
+            "result_outcome": "question",
+            "session": asked["result"]["session"],
+        }
+        # A Hermes that fails: its exit code reaches only the ledger, the reason the status and the callback.
+        site = tmp_path / "site"
+        (site / "hermes_cli").mkdir(parents=True)
+        (site / "hermes_cli" / "__init__.py").write_text("")
+        (site / "hermes_cli" / "main.py").write_text(FAILING_HERMES)
+        await stack.server.stop()
+        backend = LocalBackend(stack.pod / ".claw-runs" / "workers", pod="example", hermes_site=site)
+        stack.server = RunsServer(
+            Supervisor(stack.pod, backend, callback_origin=origin, heartbeat_s=3600), stack.socket_dir
+        )
+        await stack.server.start()
+        body = home_launch(stack, "x1", "@fake reply: never", home="cb") | {"credential": "orchestrator-token-x"}
+        await stack.call("POST", "/v1/runs", body)
+        failed = (await stack.call("GET", "/v1/runs/acme/x1?wait=failed&timeout=60s")).json()
+        assert (failed["state"], failed["failure"], failed["exit_code"]) == ("failed", "worker_runner_exit", 3)
+        assert failed["result"] is None
+        assert "exit_observed" not in failed  # Hermes's own code is the ledger's, not the status's
+        assert stack.supervisor.record(("acme", "x1")).exit_observed == {"runner_code": 7}
+        end = await eventually(lambda: [c for c in orchestrator.calls if c[0].endswith("/x1/end")], timeout_s=30)
+        assert end[0][2]["outcome"] == "failed"
+        assert end[0][2]["reason"] == "worker_runner_exit"
+        assert "result_outcome" not in end[0][2]
+        assert "session" not in end[0][2]
+        assert "hermes" not in json.dumps(failed)
+    finally:
+        await runner.cleanup()

@@ -272,3 +272,28 @@ async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback
         assert "hermes" not in json.dumps(failed)
     finally:
         await runner.cleanup()
+
+
+async def test_a_turn_killed_mid_way_is_resumed_from_the_last_stored_turn(stack: RunsStack) -> None:
+    from clawstack.llm.fake import parse_script
+
+    await stack.call("POST", "/v1/runs", home_launch(stack, "m1", "@fake reply: stored turn", home="mid"))
+    first = await finished(stack, "m1")
+    # The killed turn's model call is held by a one-time script step (its text carries no directive, so the
+    # next turn, which carries it as history, is not held too).
+    stack.fake.add_script_steps(parse_script([{"match": "KILLED-TURN", "reply": "never stored", "delay_ms": 30000}]))
+    await stack.call("POST", "/v1/runs", home_launch(stack, "m2", "KILLED-TURN: take your time", home="mid"))
+    await stack.call("GET", "/v1/runs/acme/m2?wait=running&timeout=30s")
+    await asyncio.sleep(3)  # Hermes is up and its model call is held: the turn is mid-way
+    cancelled = await stack.call("POST", "/v1/runs/acme/m2/cancel?wait=stopped&timeout=60s", {"generation": 1})
+    assert cancelled.json()["state"] == "stopped"
+    assert cancelled.json()["cancelled"] is True
+    await stack.call("POST", "/v1/runs", home_launch(stack, "m3", "@fake reply: resumed", home="mid"))
+    third = await finished(stack, "m3")
+    assert third["state"] == "stopped", third
+    assert third["result"]["session"] == first["result"]["session"]
+    assert (await stack.call("GET", "/v1/runs/acme/m3/result")).body == b"resumed"
+    messages = chats(stack)[-1].body["messages"]
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert replies == ["stored turn"]  # the last stored turn is there; the killed one stored no reply
+    assert "KILLED-TURN" in json.dumps(messages)  # what the killed turn was asked stays in the conversation

@@ -147,7 +147,10 @@ def terminal(command: str) -> str:
 
 async def test_a_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_in_the_home(stack: RunsStack) -> None:
     port = stack.fake.base_url.rsplit(":", 1)[1].split("/")[0]
-    probe = f"(echo > /dev/tcp/127.0.0.1/{port}) > deliverables/net.txt 2>&1; echo exit=$? >> deliverables/net.txt"
+    probe = (
+        f"(echo > /dev/tcp/127.0.0.1/{port}) > deliverables/net.txt 2>&1; echo exit=$? >> deliverables/net.txt; "
+        "env > deliverables/env.txt"  # what a worker that looks for its token in its environment finds
+    )
     task = terminal(probe) + "\n@fake reply: probed"
     await stack.call("POST", "/v1/runs", home_launch(stack, "p1", task, home="probe"))
     done = await finished(stack, "p1")
@@ -156,6 +159,10 @@ async def test_a_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_
     text = base64.b64decode(fetched["content_base64"]).decode()
     assert "Connection refused" in text
     assert "exit=1" in text  # the model's own port on the host is not reachable from the worker's network
+    listed = (await stack.call("GET", "/v1/homes/acme/probe/deliverables/env.txt")).json()
+    environment = base64.b64decode(listed["content_base64"]).decode()
+    assert "run-" not in environment  # no credential (nor its identity) in a shell's environment
+    assert "CLAW_WORKER_CONFIG" not in environment
     home = stack.supervisor.homes.path("acme", "probe")
     identity = done["run_agent_id"].encode()
     for path in home.rglob("*"):

@@ -67,6 +67,15 @@ from clawstack.runs.backends.base import (
     check_labels,
     check_limits,
 )
+from clawstack.runs.backends.local_meter import (
+    METER_DIR,
+    METER_INTERVAL_S,
+    METER_OUT_DIR,
+    METER_RECORD,
+    MeterVerdict,
+    meter_plan,
+    meter_verdict,
+)
 from clawstack.runs.backends.monitor import (
     EXIT_RECORD,
     HOST_CONFIG_FILE,
@@ -89,24 +98,16 @@ from clawstack.runs.backends.monitor import (
     read_json,
 )
 from clawstack.sandbox import system_mounts
-from clawstack.worker import meter as _meter
 from clawstack.worker.contract import CONFIG_FILE_ENV, WorkerConfigError, parse_worker_config
 from clawstack.worker.home_contract import HERMES_SITE_ENV, HOME_ENV
+from clawstack.worker.meter import DEFAULT_MAX_ENTRIES
 
 RUNNER_ARGS: Final = ("-m", "clawstack.worker.oneshot")
 """What the interpreter runs: the one-shot runner. The task follows as ``-- TASK``."""
 HOME_RUNNER_ARGS: Final = ("-m", "clawstack.worker.hermes")
 """A task-home run's runner: the Hermes wrapper."""
 SANDBOX_HERMES_SITE: Final = "/opt/claw/hermes"
-SANDBOX_METER: Final = "/opt/claw/meter.py"
-SANDBOX_METER_OUT: Final = "/run/claw-meter"
-METER_DIR: Final = "meter"
-"""The meter's own monitor directory inside the run's directory; its measures go to ``meter-out/meter.json``."""
-METER_OUT_DIR: Final = "meter-out"
-METER_RECORD: Final = "meter.json"
-METER_MEMORY_BYTES: Final = 256 * 1024 * 1024
-METER_PIDS: Final = 16
-METER_INTERVAL_S: Final = 1.0
+
 SANDBOX_UID: Final = 65534
 """The uid a root supervisor's workers run as (``nobody``); a non-root supervisor's run as its own uid."""
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
@@ -213,7 +214,7 @@ class LocalBackend:
         remove_timeout_s: float = REMOVE_TIMEOUT_S,
         hermes_site: str | os.PathLike[str] | None = None,
         meter_interval_s: float = METER_INTERVAL_S,
-        meter_max_entries: int = _meter.DEFAULT_MAX_ENTRIES,
+        meter_max_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         self._state_dir = Path(state_dir)
         self._pod = pod
@@ -416,10 +417,7 @@ class LocalBackend:
         return plan, spec.config
 
     def _spawn_meter(self, spec: WorkerSpec, run_dir: Path) -> None:
-        """Start the run's home meter (:mod:`clawstack.worker.meter`) under a monitor of its own: a sandbox with
-        the home read-only, no network, no proxy socket and no credentials, writing only its measure file."""
-        home = spec.home
-        assert home is not None
+        """Start the run's home meter under a monitor of its own (:mod:`.local_meter`)."""
         meter_dir, out_dir = run_dir / METER_DIR, run_dir / METER_OUT_DIR
         ensure_private_dir(meter_dir)
         ensure_private_dir(out_dir)
@@ -428,52 +426,29 @@ class LocalBackend:
         try:
             if (meter_dir / MONITOR_RECORD).exists() or (meter_dir / EXIT_RECORD).exists():
                 return
-            layout = _PythonLayout.current()
-            script = str(Path(_meter.__file__).resolve())
             sandboxed = self._bwrap is not None
-            root, out = (home.mount, SANDBOX_METER_OUT) if sandboxed else (str(home.path), str(out_dir))
-            args = [SANDBOX_METER if sandboxed else script, "--root", root, "--max-bytes", str(home.max_bytes)]
-            args += ["--max-entries", str(self._meter_max_entries), "--interval", f"{self._meter_interval_s:g}"]
-            args += ["--out", f"{out}/{METER_RECORD}"]
-            binds: tuple[Bind, ...] = ()
             uid = SANDBOX_UID if sandboxed and os.geteuid() == 0 else None
-            if sandboxed:
-                binds = (
-                    Bind(str(layout.prefix), SANDBOX_PYTHON),
-                    Bind(script, SANDBOX_METER),
-                    Bind(str(home.path), home.mount),
-                    Bind(str(out_dir), SANDBOX_METER_OUT, writable=True),
-                )
-                if uid is not None:
-                    os.chown(out_dir, uid, uid)
-            plan = LaunchPlan(
-                run_dir=str(meter_dir),
-                labels=dataclasses.asdict(spec.labels),
-                isolation="bubblewrap" if sandboxed else "none",
-                python=f"{SANDBOX_PYTHON}/{layout.executable}" if sandboxed else sys.executable,
-                runner_args=tuple(args),
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LD_LIBRARY_PATH": f"{SANDBOX_PYTHON}/lib"}
-                if sandboxed
-                else {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                memory_bytes=METER_MEMORY_BYTES,
-                pids=METER_PIDS,
-                max_runtime_s=spec.max_runtime_s + 60,
-                max_output_bytes=4096,
-                stderr_limit_bytes=self._stderr_limit_bytes,
-                tmp_bytes=1024 * 1024,
+            if uid is not None:
+                os.chown(out_dir, uid, uid)  # the meter writes its measures there, and nothing else
+            layout = _PythonLayout.current()
+            plan = meter_plan(
+                spec,
+                meter_dir,
+                out_dir,
+                python=(layout.prefix, layout.executable),
                 bwrap=self._bwrap,
                 system=_system_entries() if sandboxed else (),
-                binds=binds,
                 sandbox_uid=uid,
                 use_cgroups=self._use_cgroups,
-                cgroup_name=f"claw-{spec.labels.installation}-{spec.labels.run_id}-meter-{secrets.token_hex(4)}",
-                task_arg=False,
+                stderr_limit_bytes=self._stderr_limit_bytes,
+                interval_s=self._meter_interval_s,
+                max_entries=self._meter_max_entries,
             )
             self._start_monitor(meter_dir, lock, plan, "", b"{}", None)
         finally:
             os.close(lock)
 
-    def _meter_verdict(self, run_dir: Path) -> Literal["ok", "pending", "home_full", "home_meter_unavailable"] | None:
+    def _meter_verdict(self, run_dir: Path) -> MeterVerdict | None:
         """What the run's meter says now; ``None`` for a run without one (a stateless run)."""
         meter_dir = run_dir / METER_DIR
         if not meter_dir.is_dir():
@@ -485,15 +460,7 @@ class LocalBackend:
             raise LocalBackendError(
                 "the meter's measure could not be read", code="state_unreadable", retryable=True
             ) from exc
-        verdict = None if measured is None else measured.get("verdict")
-        if verdict in ("home_full", "home_meter_unavailable"):
-            return verdict  # type: ignore[no-any-return]
-        if record is None:
-            return "pending"  # its monitor is being started
-        monitor = ProcessId.from_json(record["monitor"])
-        if exited is not None or monitor is None or not monitor.alive():
-            return "home_meter_unavailable"  # a meter that is gone or failed
-        return "ok" if verdict == "ok" else "pending"
+        return meter_verdict(record, exited, measured)
 
     @staticmethod
     def _host_config(spec: WorkerSpec) -> bytes:

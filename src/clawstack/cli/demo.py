@@ -62,7 +62,8 @@ TOOL_PORT: Final = 8091
 
 def make_compose_pod(pod: Path, *, worker_image: str, tool_image: str, name: str | None = None) -> None:
     """Turn a copy of ``examples/pod`` into its compose form: ``x-claw.backend: compose``, the worker on
-    ``worker_image`` (an image of runner type ``oneshot``), and the ticket API in a container of ``tool_image``
+    ``worker_image`` (an image of runner type ``oneshot``), the researcher on ``clawstack/hermes`` (runner type
+    ``hermes``), and the ticket API in a container of ``tool_image``
     (one with ``python3`` and aiohttp, such as ``clawstack/proxy``) running the pod's ``ticket_api.py``, which the
     proxy reaches on the pod's network. The model upstream stays ``${CLAW_FAKE_LLM_URL}``. ``name`` renames the pod
     (``x-claw.pod``), which names its Compose projects and labels its containers: pods sharing one engine need
@@ -73,7 +74,10 @@ def make_compose_pod(pod: Path, *, worker_image: str, tool_image: str, name: str
     if name is not None:
         document["x-claw"]["pod"] = name
     services = document["services"]
-    services.pop("researcher", None)  # task homes run under the local backend only in this version
+    if "researcher" in services:  # the task-home template runs clawstack's Hermes image
+        from clawstack.pod.imagebuild import HERMES_IMAGE
+
+        services["researcher"]["image"] = HERMES_IMAGE
     services["worker"]["image"] = worker_image
     tool = services["ticket-api"]
     tool.update(
@@ -232,10 +236,7 @@ def _run(base: Path, backend: str) -> None:
             "runs listening: ",
         )
         _runs(socket_dir / "runs.sock")
-        if backend == "local":
-            _task_home(socket_dir / "runs.sock")
-        else:
-            click.echo("\n(Task homes run under the local backend only in this version; see docs/runs.md.)")
+        _task_home(socket_dir / "runs.sock")
     finally:
         processes.stop()
         with contextlib.suppress(DemoError):

@@ -170,6 +170,16 @@ def _compose_runner(spec: PodSpec, template: Template, where: str, inspector: Im
     runner: dict[str, Any] = {"image": image, "image_id": info.image_id, "type": info.claw_type}
     if info.claw_type == "oneshot":
         runner["wrapper"] = wrapper_digest()
+    if info.claw_type == "hermes":
+        # A task-home run's forwarder and meter run clawstack's own worker image, pinned with the template.
+        try:
+            runner["helper_image_id"] = inspector(WORKER_IMAGE).image_id
+        except BackendError as exc:
+            raise BackendError(
+                f"a task-home template needs {WORKER_IMAGE} for its runs' forwarder and meter: run claw images build",
+                where=where,
+                code=exc.code,
+            ) from exc
     return runner
 
 

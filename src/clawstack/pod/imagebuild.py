@@ -1,6 +1,6 @@
 """The images clawstack builds for the compose backend, without a registry (see ``claw images build``).
 
-Three images, all built locally by ``docker build`` from Dockerfiles shipped in this package
+Four images, all built locally by ``docker build`` from Dockerfiles shipped in this package
 (``clawstack/pod/dockerfiles/``); nothing is ever pulled:
 
 ``clawstack/base:<version>``    ``FROM scratch``: the host interpreter (``sys.base_prefix``) at ``/opt/python``,
@@ -10,6 +10,9 @@ Three images, all built locally by ``docker build`` from Dockerfiles shipped in 
                                 runs ``python3 -m clawstack proxy serve --config /claw/proxy/proxy.json``
 ``clawstack/worker:<version>``  base + the same site directory (a shared layer); ``CLAW_TYPE=oneshot``, runs
                                 ``python3 -m clawstack.worker.oneshot`` (:mod:`clawstack.pod.imagebuild_site`)
+``clawstack/hermes:<version>``  worker + the pinned Hermes installation and a shell with the usual tools;
+                                ``CLAW_TYPE=hermes``, runs ``python3 -m clawstack.worker.hermes``
+                                (:mod:`clawstack.pod.imagebuild_hermes`); needs ``scripts/hermes-up``
 
 :func:`build_images` assembles each build context in a private temporary directory and labels the image with
 the digest of that context (:data:`CONTEXT_DIGEST_LABEL`); a tag that already carries the digest is up to date
@@ -46,6 +49,7 @@ import docker.errors
 
 from clawstack import __version__
 from clawstack.pod.errors import BackendError
+from clawstack.pod.imagebuild_hermes import copy_site, hermes_pin_parts, tools_layout
 from clawstack.pod.imagebuild_rootfs import (
     IMAGE_PREFIX,
     RootfsLayout,
@@ -60,14 +64,20 @@ from clawstack.pod.images import docker_available
 BASE_IMAGE: Final = f"clawstack/base:{__version__}"
 PROXY_IMAGE: Final = f"clawstack/proxy:{__version__}"
 WORKER_IMAGE: Final = f"clawstack/worker:{__version__}"
+HERMES_IMAGE: Final = f"clawstack/hermes:{__version__}"
 
-ImageName = Literal["base", "proxy", "worker"]
-"""Which of the three images."""
+ImageName = Literal["base", "proxy", "worker", "hermes"]
+"""Which of the four images."""
 
 IMAGE_NAMES: Final[tuple[ImageName, ...]] = get_args(ImageName)
 """Every image, in build order."""
 
-IMAGE_TAGS: Final[Mapping[ImageName, str]] = {"base": BASE_IMAGE, "proxy": PROXY_IMAGE, "worker": WORKER_IMAGE}
+IMAGE_TAGS: Final[Mapping[ImageName, str]] = {
+    "base": BASE_IMAGE,
+    "proxy": PROXY_IMAGE,
+    "worker": WORKER_IMAGE,
+    "hermes": HERMES_IMAGE,
+}
 
 CONTEXT_DIGEST_LABEL: Final = "claw.context-digest"
 """The label holding the digest of the build context an image was built from."""
@@ -90,12 +100,14 @@ _DOCKERFILES: Final[Mapping[ImageName, str]] = {
     "base": "base.Dockerfile",
     "proxy": "proxy.Dockerfile",
     "worker": "worker.Dockerfile",
+    "hermes": "hermes.Dockerfile",
 }
 
 __all__ = [
     "BASE_IMAGE",
     "BUILD_TIMEOUT_S",
     "CONTEXT_DIGEST_LABEL",
+    "HERMES_IMAGE",
     "IMAGE_NAMES",
     "IMAGE_TAGS",
     "INTERPRETER",
@@ -197,15 +209,24 @@ class _Engine:
         return attrs
 
     def ensure(
-        self, name: ImageName, context: Path, digest: str, started: float, build_args: Mapping[str, str]
+        self,
+        name: ImageName,
+        context: Path,
+        digest: str,
+        started: float,
+        build_args: Mapping[str, str],
+        prepare: Callable[[], None] | None = None,
     ) -> BuiltImage:
-        """Build ``name`` from ``context`` unless its tag already carries ``digest``."""
+        """Build ``name`` from ``context`` unless its tag already carries ``digest``; ``prepare`` completes the
+        context first, only when a build is needed."""
         tag = IMAGE_TAGS[name]
         attrs = self.inspect(tag)
         labels: Mapping[str, str] = ((attrs or {}).get("Config") or {}).get("Labels") or {}
         status: Literal["built", "up_to_date"] = "up_to_date"
         if attrs is None or labels.get(CONTEXT_DIGEST_LABEL) != digest:
             self._progress(f"building {tag}")
+            if prepare is not None:
+                prepare()
             docker_build(
                 context,
                 _DOCKERFILES[name],
@@ -318,6 +339,24 @@ def _app_context(context: Path, base: RootfsLayout, progress: Progress) -> str:
     return _digest([("site", _tree_digest(context / "site", files)), ("libs.tar", libs_digest)])
 
 
+def _hermes(engine: _Engine, context: Path, base: RootfsLayout, worker: BuiltImage, progress: Progress) -> BuiltImage:
+    started = time.monotonic()
+    progress("assembling the Hermes image's tools")
+    context.mkdir(mode=0o700)
+    tools_digest = tools_layout(base.paths()).write_tar(context / "tools.tar", exclude=base.paths())
+    digest = _digest(
+        [
+            ("Dockerfile", _write_dockerfile(context, "hermes")),
+            ("tools.tar", tools_digest),
+            *hermes_pin_parts(),
+            ("worker", worker.image_id),
+        ]
+    )
+    return engine.ensure(
+        "hermes", context, digest, started, {"WORKER_IMAGE": worker.image_id}, prepare=lambda: copy_site(context)
+    )
+
+
 def _selection(only: Collection[ImageName] | None) -> tuple[ImageName, ...]:
     if only is None:
         return IMAGE_NAMES
@@ -325,6 +364,8 @@ def _selection(only: Collection[ImageName] | None) -> tuple[ImageName, ...]:
     if unknown:
         raise ValueError(f"unknown image name(s) {', '.join(map(repr, unknown))}; expected {IMAGE_NAMES}")
     wanted = set(only) | {"base"}  # every image is built on the base, so the base is brought up to date too
+    if "hermes" in wanted:
+        wanted.add("worker")  # the Hermes image is built on the worker
     return tuple(name for name in IMAGE_NAMES if name in wanted)
 
 
@@ -334,9 +375,10 @@ def build_images(
     progress: Progress | None = None,
     docker_cli: str = "docker",
 ) -> list[BuiltImage]:
-    """Build the images in ``only`` (default: all three) and the base they need, skipping those up to date.
+    """Build the images in ``only`` (default: all four) and the images they are built on, skipping those up to
+    date.
 
-    Returns one :class:`BuiltImage` per image, in build order (base, proxy, worker). ``progress`` receives a
+    Returns one :class:`BuiltImage` per image, in build order (base, proxy, worker, hermes). ``progress`` receives a
     line per step. ``docker_cli`` is the ``docker`` executable to run. Raises :class:`BackendError` (see the
     module docstring for the codes) and ``ValueError`` for an unknown name in ``only``.
     """
@@ -350,7 +392,7 @@ def build_images(
             base_digest, base_layout = _base_context(Path(scratch) / "base", say)
             base = engine.ensure("base", Path(scratch) / "base", base_digest, started, {})
             results.append(base)
-            dependents = [name for name in selection if name != "base"]
+            dependents = [name for name in selection if name not in ("base", "hermes")]
             if dependents:
                 started = time.monotonic()
                 app = Path(scratch) / "app"
@@ -365,6 +407,9 @@ def build_images(
                     )
                     results.append(engine.ensure(name, app, digest, started, {"BASE_IMAGE": base.image_id}))
                     started = time.monotonic()
+            if "hermes" in selection:
+                worker = next(image for image in results if image.name == "worker")
+                results.append(_hermes(engine, Path(scratch) / "hermes", base_layout, worker, say))
     finally:
         engine.close()
     return results

@@ -34,12 +34,8 @@ SPEC_FIELDS: Final = {
 
 def check_supported(template: dict[str, Any], backend: str) -> None:
     """Refuse, before anything is written, a template whose runs this supervisor cannot run as compiled: one
-    compiled for another backend than the one this supervisor runs (``backend``), or a task-home template under
-    the compose backend, which does not run task homes yet. Never run such a template as something else."""
-    if template.get("profile") == "task_home" and backend != "local":
-        raise RunsError(
-            "template_unsupported", "task-home runs are supported under the local backend only in this version"
-        )
+    compiled for another backend than the one this supervisor runs (``backend``). Never run such a template as
+    something else."""
     if template.get("backend") != backend:
         raise RunsError(
             "template_unsupported",

@@ -7,14 +7,15 @@
      ├── body_too_large 413 · body_timeout 408
      ├── digest_invalid 400 · digest_mismatch 409 · template_changed 409 · cancelled 409 · stale_generation 409
      ├── grant_exceeded 422 · template_unknown 422 · callbacks_disabled 422
-     ├── template_unsupported 422 a template for another backend, or a task-home one under compose (issue 16)
+     ├── template_unsupported 422 a template compiled for another backend than the supervisor runs
      ├── home_busy 409            another run reserves the home (a launch, or a home's deletion)
      ├── home_unknown 404 · deliverable_unknown 404 · deliverable_changed 409 · deliverable_too_large 413
      ├── deliverables_unreadable 503  the supervisor could not read the deliverables (never an empty list)
      ├── not_found 404 · result_unavailable 409 · method_not_allowed 405
      ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority (retry the call)
      ├── subscriptions_unsupported 501 · internal_error 500
-     └── reserved, raised by no path yet: network_unavailable 503 (task-home networks under compose, issue 16)
+     └── network_unavailable 503  no address block for a compose task-home run's network, or a bad
+                                  CLAW_RUN_SUBNET_BASE
 
 Errors render as ``{"error":{"code","message",…},"run":null}`` and never echo task text or credentials.
 """

@@ -72,6 +72,7 @@ class RunRecord:
     result_outcome: str | None = None  # a task-home run's result: "answer" or "question"
     result_session: str | None = None  # the harness session that holds a task-home run's turn
     exit_observed: dict[str, int] | None = None  # what the worker's wrapper reported beyond its exit code
+    subnet: str | None = None  # a compose task-home run's network block, held while the run is not terminal
 
     @property
     def key(self) -> tuple[str, str]:

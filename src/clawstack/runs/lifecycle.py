@@ -193,7 +193,9 @@ class RunDriver:
             state="running",  # ignored if a cancel made the run revoking meanwhile: states only move forward
             started_at=format_timestamp(started),
             deadline=format_timestamp(started + timedelta(seconds=record.max_runtime_seconds)),
-            isolation=self.sup.backend.isolation_report,
+            isolation=self.sup.backend.isolation_report
+            if record.home is None
+            else self.sup.backend.home_isolation_report,
             pending=None,
         )
         return True
@@ -208,6 +210,8 @@ class RunDriver:
             mount=settings["mount"],
             max_bytes=int(settings["max_bytes"]),
             content=tuple((self.sup.paths.pod / c["source"], c["target"]) for c in template.get("content", [])),
+            subnet=record.subnet,
+            helper_image_id=(template.get("runner") or {}).get("helper_image_id"),
         )
 
     async def _pin_mismatch(self, record: RunRecord, template: dict[str, Any]) -> str | None:

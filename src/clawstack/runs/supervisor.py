@@ -49,6 +49,8 @@ from clawstack.runs.lifecycle import RunDriver
 from clawstack.runs.listing import parse_query, split_page
 from clawstack.runs.proxylink import IDENTITY_GRACE, ProxyLink, identity_expiry
 from clawstack.runs.status import run_status
+from clawstack.runs.subnets import BASE_ENV as SUBNET_BASE_ENV
+from clawstack.runs.subnets import allocate, parse_base
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +315,10 @@ class Supervisor:
         home = launch.spec.get("home")
         if home is not None and self.ledger.home_holder(launch.installation, home) is not None:
             raise RunsError("home_busy", "another run of this installation holds the home; retry once it has ended")
+        subnet = None
+        if home is not None and self.backend.name == "compose":  # its own network needs an address block
+            taken = {r.subnet for r in self.ledger.unfinished() if r.subnet is not None}
+            subnet = allocate(parse_base(os.environ.get(SUBNET_BASE_ENV)), taken)
         record = RunRecord(
             installation=launch.installation,
             run_id=launch.run_id,
@@ -327,6 +333,7 @@ class Supervisor:
             accepted_at=format_timestamp(now),
             max_runtime_seconds=runtime,
             home=home,
+            subnet=subnet,
         )
         self.files.keep_template(template)
         if launch.credential is not None:

@@ -41,7 +41,7 @@ def pod(short_dir: Path, clawstack_images: list[Any]) -> Iterator[Path]:
     document["x-claw"]["pod"] = f"ct{os.getpid()}-{short_dir.name[-6:].lower().replace('_', '-')}"
     document["x-claw"]["upstreams"]["local"]["base-url"] = "http://host.docker.internal:18089/v1"
     document["services"]["worker"]["image"] = WORKER_IMAGE
-    document["services"].pop("researcher")  # task homes run under the local backend only in this version
+    document["services"].pop("researcher")  # a pod of one per-run template is enough here
     document["services"]["ticket-api"] = {
         "image": WORKER_IMAGE,
         "entrypoint": ["python3", "-m", "http.server", "18091"],

@@ -1,12 +1,13 @@
-"""Task homes end to end on the local backend, with the real Hermes agent against the scripted fake model: the
-first run starts a session, a later run resumes exactly that session, deliverables and questions reach the
-requester, one live run per home, and the homes API."""
+"""Task homes end to end on both backends, with the real Hermes agent against the scripted fake model: the first
+run starts a session, a later run resumes exactly that session, deliverables and questions reach the requester,
+one live run per home, the homes API, the meter, and what a worker can reach."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import hashlib
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import pytest
 
 from clawstack.common.digest import spec_digest
 
-from .conftest import RunsStack, eventually
+from .conftest import BACKENDS, RunsStack, eventually
 
 pytestmark = [pytest.mark.hermes, pytest.mark.slow]
+both = pytest.mark.parametrize("stack", BACKENDS, indirect=True)
 
 
 def home_launch(stack: RunsStack, run_id: str, task: str, home: str = "task-1", **extra: Any) -> dict[str, Any]:
@@ -35,6 +37,7 @@ def chats(stack: RunsStack) -> list[Any]:
     return [r for r in stack.fake.requests if r.path.endswith("/chat/completions")]
 
 
+@both
 async def test_a_later_run_resumes_the_first_runs_session(stack: RunsStack) -> None:
     first = await stack.call("POST", "/v1/runs", home_launch(stack, "r1", "@fake reply: first answer"))
     assert first.status == 202, first.body
@@ -61,6 +64,7 @@ async def test_a_later_run_resumes_the_first_runs_session(stack: RunsStack) -> N
     assert "Researcher" in system  # the template's contract
 
 
+@both
 async def test_deliverables_and_questions_reach_the_requester(stack: RunsStack) -> None:
     write = json.dumps({"path": "deliverables/report.md", "content": "# Report\n\nAll good.\n"})
     task = f"@fake tool-call: write_file {write}\n@fake reply: wrote the report"
@@ -91,6 +95,7 @@ async def test_deliverables_and_questions_reach_the_requester(stack: RunsStack) 
     assert (await stack.call("GET", "/v1/runs/acme/d2/result")).body == b"Which quarter?"
 
 
+@both
 async def test_one_live_run_per_home_and_the_homes_api(stack: RunsStack) -> None:
     slow = home_launch(stack, "h1", "@fake delay-ms: 4000\n@fake reply: slow", home="busy")
     assert (await stack.call("POST", "/v1/runs", slow)).status == 202
@@ -119,6 +124,7 @@ async def test_one_live_run_per_home_and_the_homes_api(stack: RunsStack) -> None
     await finished(stack, "h3")
 
 
+@both
 async def test_home_is_required_for_a_task_home_template_and_refused_for_a_stateless_one(stack: RunsStack) -> None:
     spec = {"template": "researcher", "task": "x"}
     body = stack.launch_body("n1") | {"spec": spec, "spec_digest": spec_digest(spec)}
@@ -145,7 +151,9 @@ def terminal(command: str) -> str:
     return "@fake tool-call: terminal " + json.dumps({"command": command})
 
 
-async def test_a_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_in_the_home(stack: RunsStack) -> None:
+async def test_a_local_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_in_the_home(
+    stack: RunsStack,
+) -> None:
     port = stack.fake.base_url.rsplit(":", 1)[1].split("/")[0]
     probe = (
         f"(echo > /dev/tcp/127.0.0.1/{port}) > deliverables/net.txt 2>&1; echo exit=$? >> deliverables/net.txt; "
@@ -171,6 +179,7 @@ async def test_a_worker_reaches_nothing_but_the_proxy_and_never_holds_its_token_
     assert str(stack.pod) not in json.dumps(done)  # no host path in the status
 
 
+@both
 async def test_crossing_max_bytes_ends_the_run_home_full(stack: RunsStack) -> None:
     await stack.recompile(lambda text: text.replace("max-bytes: 256m", "max-bytes: 1m"))
     task = terminal("head -c 3000000 /dev/zero > big.bin") + "\n@fake delay-ms: 3000\n@fake reply: filled"
@@ -183,6 +192,7 @@ async def test_crossing_max_bytes_ends_the_run_home_full(stack: RunsStack) -> No
     assert (await stack.call("DELETE", "/v1/homes/acme/full")).json()["deleted"] is True
 
 
+@both
 async def test_a_killed_supervisor_keeps_the_home_reserved_until_teardown(stack: RunsStack) -> None:
     from clawstack.common.uds import AsyncUnixClient
 
@@ -281,6 +291,7 @@ async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback
         await runner.cleanup()
 
 
+@both
 async def test_a_turn_killed_mid_way_is_resumed_from_the_last_stored_turn(stack: RunsStack) -> None:
     from clawstack.llm.fake import parse_script
 
@@ -304,3 +315,59 @@ async def test_a_turn_killed_mid_way_is_resumed_from_the_last_stored_turn(stack:
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     assert replies == ["stored turn"]  # the last stored turn is there; the killed one stored no reply
     assert "KILLED-TURN" in json.dumps(messages)  # what the killed turn was asked stays in the conversation
+
+
+@pytest.mark.parametrize("stack", BACKENDS[1:], indirect=True)
+async def test_a_compose_worker_reaches_only_its_forwarder(stack: RunsStack) -> None:
+    await stack.call("POST", "/v1/runs", home_launch(stack, "c1", "@fake reply: first", home="probe"))
+    first = await finished(stack, "c1")
+    subnet = stack.supervisor.record(("acme", "c1")).subnet
+    assert subnet is not None
+    assert subnet.endswith("/28")
+    host = str(next(ipaddress.ip_network(subnet).hosts()))  # the host's own address on the run's network
+    port = stack.fake.base_url.rsplit(":", 1)[1].split("/")[0]
+
+    def reach(name: str, target: str) -> str:
+        return f"(timeout 3 bash -c 'echo > /dev/tcp/{target}') >> deliverables/net.txt 2>&1; echo {name}=$? >> deliverables/net.txt"
+
+    probe = "; ".join(
+        [reach("forwarder", "forwarder/8080"), reach("proxy", "cllama/8080"), reach("host", f"{host}/{port}")]
+    )
+    task = terminal(probe + "; env > deliverables/env.txt") + "\n@fake reply: probed"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "c2", task, home="probe"))
+    done = await finished(stack, "c2")
+    assert done["state"] == "stopped", done
+    assert done["result"]["session"] == first["result"]["session"]
+    assert done["isolation"]["enforced"][-3:] == ["home_mount_only", "run_network_only", "host_input_dropped"]
+    text = base64.b64decode(
+        (await stack.call("GET", "/v1/homes/acme/probe/deliverables/net.txt")).json()["content_base64"]
+    )
+    assert b"forwarder=0" in text  # its one route out
+    assert b"proxy=0" not in text  # the proxy is not on its network
+    assert b"host=0" not in text  # nor is the host, on the address its own network gives it
+    env = base64.b64decode(
+        (await stack.call("GET", "/v1/homes/acme/probe/deliverables/env.txt")).json()["content_base64"]
+    )
+    assert b"run-" not in env
+
+
+@pytest.mark.parametrize("stack", BACKENDS[1:], indirect=True)
+async def test_a_compose_task_home_launch_without_an_address_block_is_network_unavailable(
+    stack: RunsStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAW_RUN_SUBNET_BASE", "10.77.0.0/28")  # room for one run's network
+    slow = home_launch(stack, "b1", "@fake delay-ms: 3000\n@fake reply: held", home="one")
+    assert (await stack.call("POST", "/v1/runs", slow)).status == 202
+    full = await stack.call("POST", "/v1/runs", home_launch(stack, "b2", "@fake reply: no", home="two"))
+    assert (full.status, full.json()["error"]["code"]) == (503, "network_unavailable")
+    assert (await stack.call("GET", "/v1/runs/acme/b2")).status == 404  # nothing was recorded
+    assert (await stack.call("POST", "/v1/runs", slow)).status == 200  # a repeat is not a new allocation
+    monkeypatch.setenv("CLAW_RUN_SUBNET_BASE", "8.8.8.0/24")
+    bad = await stack.call("POST", "/v1/runs", home_launch(stack, "b3", "@fake reply: no", home="three"))
+    assert (bad.status, bad.json()["error"]["code"]) == (503, "network_unavailable")
+    monkeypatch.setenv("CLAW_RUN_SUBNET_BASE", "10.77.0.0/28")
+    assert (await finished(stack, "b1"))["state"] == "stopped"
+    assert (
+        await stack.call("POST", "/v1/runs", home_launch(stack, "b4", "@fake reply: freed", home="two"))
+    ).status == 202
+    assert (await finished(stack, "b4"))["state"] == "stopped"

@@ -24,7 +24,9 @@ def raised() -> set[str]:
 
 def reserved() -> set[str]:
     doc = errors.__doc__ or ""
-    line = next(line for line in doc.splitlines() if "reserved, raised by no path yet:" in line)
+    line = next((line for line in doc.splitlines() if "reserved, raised by no path yet:" in line), None)
+    if line is None:
+        return set()
     assert re.search(r"\(.*issue \d+.*\)", line), "a reserved code says which issue will raise it"
     return set(re.findall(r"([a-z_]+) \d{3}", line.split(":", 1)[1]))
 

@@ -42,13 +42,16 @@ class RunLabels:
 
 @dataclass(frozen=True, slots=True)
 class TaskHome:
-    """A task-home run's home: the host directory, where the worker sees it, what the meter allows, and the
-    read-only ``content`` mounts ``(host source, target)`` resolved at ``claw up``."""
+    """A task-home run's home: the host directory, where the worker sees it, what the meter allows, the
+    read-only ``content`` mounts ``(host source, target)`` resolved at ``claw up``, and (compose) the address
+    block of the run's own network."""
 
     path: Path
     mount: str
     max_bytes: int
     content: tuple[tuple[Path, str], ...] = ()
+    subnet: str | None = None  # compose: the address block of the run's own network
+    helper_image_id: str | None = None  # compose: the image its forwarder and meter run (clawstack/worker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,11 @@ class Backend(Protocol):
 
     @property
     def isolation_report(self) -> IsolationReport: ...
+
+    @property
+    def home_isolation_report(self) -> IsolationReport:
+        """What a task-home worker started now is held to."""
+        ...
 
     @property
     def model_endpoint(self) -> Mapping[str, str]:

@@ -40,6 +40,7 @@ Errors::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -53,6 +54,7 @@ import docker
 import docker.errors
 
 from clawstack.common.files import ensure_private_dir, fsync_dir, write_private
+from clawstack.pod.netguard import RunsNetwork
 from clawstack.runs.backends.base import (
     Isolation,
     IsolationReport,
@@ -62,6 +64,14 @@ from clawstack.runs.backends.base import (
     check_labels,
     check_limits,
 )
+from clawstack.runs.backends.compose_home import ENFORCED as HOME_ENFORCED
+from clawstack.runs.backends.compose_home import (
+    FORWARDER_URL,
+    METER_OUT_DIR,
+    METER_RECORD,
+    home_network,
+    render_home_project,
+)
 from clawstack.runs.backends.compose_project import (
     CONFIG_VARIABLE,
     LABEL_INSTALLATION,
@@ -70,12 +80,16 @@ from clawstack.runs.backends.compose_project import (
     LABEL_ROLE,
     LABEL_RUN,
     TASK_VARIABLE,
+    WORKER_UID,
     ComposeBackendError,
     SpawnError,
     project_name,
     render_project,
 )
+from clawstack.runs.backends.local_meter import MeterVerdict
+from clawstack.runs.backends.monitor import read_json
 from clawstack.worker.container import wrapper_digest
+from clawstack.worker.contract import WorkerConfigError, parse_worker_config
 
 DEFAULT_TMP_BYTES: Final = 64 * 1024 * 1024
 UP_TIMEOUT_S: Final = 120.0
@@ -114,6 +128,10 @@ def _no_guard() -> None:
     return None
 
 
+def _no_home_guard(network: RunsNetwork) -> None:
+    return None
+
+
 class ComposeBackend:
     """Workers as one-container Compose projects; see the module docstring.
 
@@ -137,6 +155,9 @@ class ComposeBackend:
         tmp_bytes: int = DEFAULT_TMP_BYTES,
         up_timeout_s: float = UP_TIMEOUT_S,
         down_timeout_s: float = DOWN_TIMEOUT_S,
+        home_guard: Callable[[RunsNetwork], None] = _no_home_guard,
+        home_unguard: Callable[[RunsNetwork], None] = _no_home_guard,
+        meter_interval_s: float = 1.0,
     ) -> None:
         self._state_dir = Path(state_dir)
         self._pod = pod
@@ -152,6 +173,9 @@ class ComposeBackend:
         self._up_timeout_s = up_timeout_s
         self._down_timeout_s = down_timeout_s
         self._containers: dict[RunLabels, str] = {}  # a run's container id, once seen (ids never change)
+        self._home_guard = home_guard
+        self._home_unguard = home_unguard
+        self._meter_interval_s = meter_interval_s
 
     @property
     def name(self) -> Literal["compose"]:
@@ -164,6 +188,12 @@ class ComposeBackend:
     @property
     def isolation_report(self) -> IsolationReport:
         return {"backend": "compose", "mechanism": "container", "enforced": list(ENFORCED)}
+
+    @property
+    def home_isolation_report(self) -> IsolationReport:
+        """What a task-home worker is held to: its home and read-only content its only mounts, its own network
+        its only network (:mod:`.compose_home`)."""
+        return {"backend": "compose", "mechanism": "container", "enforced": list(HOME_ENFORCED)}
 
     @property
     def watch_interval_s(self) -> float:
@@ -183,10 +213,15 @@ class ComposeBackend:
         if template.get("backend") != "compose":
             return "backend_changed"
         runner = template.get("runner") or {}
-        if runner.get("wrapper") != wrapper_digest():
+        if runner.get("type") == "oneshot" and runner.get("wrapper") != wrapper_digest():
             return "wrapper_changed"
-        image_id = str(runner.get("image_id") or "")
-        return None if await asyncio.to_thread(self._image_present, image_id) else "image_missing"
+        images = [str(runner.get("image_id") or "")]
+        if runner.get("type") == "hermes":
+            images.append(str(runner.get("helper_image_id") or ""))  # its forwarder's and meter's
+        for image_id in images:
+            if not await asyncio.to_thread(self._image_present, image_id):
+                return "image_missing"
+        return None
 
     async def spawn(self, spec: WorkerSpec) -> None:
         """Start the run's worker; start nothing if a container already carries its labels (a created one that
@@ -250,13 +285,15 @@ class ComposeBackend:
             return False
         return bool(found.get("Id") == image_id)
 
-    def _find(self, labels: RunLabels) -> list[dict[str, Any]]:
+    def _find(self, labels: RunLabels, role: str | None = "worker") -> list[dict[str, Any]]:
+        """The containers carrying the run's labels, of ``role`` (any role with ``None``)."""
         wanted = [
             f"{LABEL_POD}={labels.pod}",
             f"{LABEL_INSTALLATION}={labels.installation}",
             f"{LABEL_RUN}={labels.run_id}",
-            f"{LABEL_ROLE}=worker",
         ]
+        if role is not None:
+            wanted.append(f"{LABEL_ROLE}={role}")
         found: list[dict[str, Any]] = self._read(
             lambda client: client.api.containers(all=True, filters={"label": wanted})
         )
@@ -315,9 +352,14 @@ class ComposeBackend:
                 return  # started before (perhaps by a supervisor that was killed since): adopt it
             self._guard()
             project = run_dir / _PROJECT_FILE
-            write_private(project, render_project(spec, network=self._network, tmp_bytes=self._tmp_bytes))
-            write_private(run_dir / _CONFIG_SECRET, spec.config)
-            environment = {TASK_VARIABLE: spec.task, CONFIG_VARIABLE: spec.config.decode("utf-8", "surrogateescape")}
+            config = spec.config
+            if spec.home is None:
+                rendered = render_project(spec, network=self._network, tmp_bytes=self._tmp_bytes)
+            else:
+                rendered, config = self._home_project(spec, run_dir)
+            write_private(project, rendered)
+            write_private(run_dir / _CONFIG_SECRET, config)
+            environment = {TASK_VARIABLE: spec.task, CONFIG_VARIABLE: config.decode("utf-8", "surrogateescape")}
             self._run_compose(
                 spec.labels,
                 ["up", "--detach", "--no-build", "--no-recreate", "--pull", "never"],
@@ -331,6 +373,33 @@ class ComposeBackend:
             if started.get("Image") != spec.image_id:
                 self._down(spec.labels, writer_lock_fd=spec.writer_lock_fd)
                 raise SpawnError("the started container does not run the pinned image", code="image_mismatch")
+
+    def _home_project(self, spec: WorkerSpec, run_dir: Path) -> tuple[bytes, bytes]:
+        """A task-home run's project and its worker's configuration (the model through its forwarder); its own
+        network's bridge is guarded before the network exists, and its meter's output directory made."""
+        home = spec.home
+        assert home is not None
+        if home.helper_image_id is None or not self._image_present(home.helper_image_id):
+            raise SpawnError("the forwarder's and meter's pinned image is not in the engine", code="image_mismatch")
+        out = run_dir / METER_OUT_DIR
+        ensure_private_dir(out)
+        if os.geteuid() == 0:
+            os.chown(out, WORKER_UID, WORKER_UID)
+        self._home_guard(home_network(spec.labels))
+        try:
+            config = parse_worker_config(spec.config.decode("utf-8", "surrogateescape"))
+        except WorkerConfigError as exc:
+            raise ComposeBackendError(f"the runner configuration is invalid ({exc.code})", code="spec_invalid") from exc
+        config = dataclasses.replace(config, model_base_url=FORWARDER_URL, model_unix_socket=None)
+        rendered = render_home_project(
+            spec,
+            run_dir=run_dir,
+            runs_network=self._network,
+            proxy_url=self._proxy_url,
+            tmp_bytes=self._tmp_bytes,
+            meter_interval_s=self._meter_interval_s,
+        )
+        return rendered, config.to_json().encode()
 
     def _run_compose(
         self,
@@ -394,7 +463,13 @@ class ComposeBackend:
         status = state.get("Status")
         if status in ("created", "running", "restarting", "paused", "removing"):
             return WorkerState(
-                exists=True, running=True, exit_code=None, timed_out=False, stdout=b"", stdout_truncated=False
+                exists=True,
+                running=True,
+                exit_code=None,
+                timed_out=False,
+                stdout=b"",
+                stdout_truncated=False,
+                home_meter=self._meter_verdict(labels),
             )
         # An exit code is only ever read together with the output, once the container has ended.
         limit = _output_limit(attrs)
@@ -406,7 +481,27 @@ class ComposeBackend:
             timed_out=False,
             stdout=stdout,
             stdout_truncated=truncated,
+            home_meter=self._meter_verdict(labels),
         )
+
+    def _meter_verdict(self, labels: RunLabels) -> MeterVerdict | None:
+        """A task-home run's meter: its last measure, and whether its container still runs."""
+        out = self.run_dir(labels) / METER_OUT_DIR
+        if not out.is_dir():
+            return None  # a stateless run
+        try:
+            measured = read_json(out / METER_RECORD)
+        except (OSError, ValueError) as exc:
+            raise ComposeBackendError(
+                "the meter's measure could not be read", code="docker_unavailable", retryable=True
+            ) from exc
+        verdict = None if measured is None else measured.get("verdict")
+        if verdict in ("home_full", "home_meter_unavailable"):
+            return verdict  # type: ignore[no-any-return]
+        meters = self._find(labels, role="meter")
+        if not meters or any(m.get("State") != "running" for m in meters):
+            return "home_meter_unavailable"  # a meter that is gone or failed
+        return "ok" if verdict == "ok" else "pending"
 
     # -- remove ---------------------------------------------------------------------------------------------------
 
@@ -421,7 +516,7 @@ class ComposeBackend:
             self._down(labels, writer_lock_fd=writer_lock_fd)
 
     def _down(self, labels: RunLabels, *, writer_lock_fd: int | None) -> None:
-        if self._find(labels):
+        if self._find(labels, role=None):
             self._run_compose(
                 labels,
                 ["down", "--timeout", "0", "--remove-orphans"],
@@ -429,12 +524,14 @@ class ComposeBackend:
                 writer_lock_fd=writer_lock_fd,
             )
         self._containers.pop(labels, None)
-        if self._find(labels):
+        if self._find(labels, role=None):  # its worker, and a task-home run's forwarder and meter
             raise ComposeBackendError(
                 "a container still carries the run's labels after docker compose down",
                 code="remove_timeout",
                 retryable=True,
             )
+        if (self.run_dir(labels) / METER_OUT_DIR).is_dir():  # a task-home run: its own network is gone too
+            self._home_unguard(home_network(labels))
 
     # -- list -----------------------------------------------------------------------------------------------------
 

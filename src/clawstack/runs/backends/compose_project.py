@@ -43,7 +43,7 @@ def project_name(labels: RunLabels) -> str:
     return f"clawrun-{digest[:24]}"
 
 
-def _escape(text: str) -> str:
+def escape(text: str) -> str:
     """A literal for a Compose file: ``$`` would start an interpolation."""
     return text.replace("$", "$$")
 
@@ -57,7 +57,7 @@ def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
     service: dict[str, Any] = {
         "image": spec.image_id,
         "pull_policy": "never",
-        "entrypoint": [_escape(part) for part in WRAPPER_ENTRYPOINT],
+        "entrypoint": [escape(part) for part in WRAPPER_ENTRYPOINT],
         "command": [f"${{{TASK_VARIABLE}:?}}"],
         "environment": {"CLAW_WORKER_CONFIG": f"${{{CONFIG_VARIABLE}:?}}"},
         "init": True,
@@ -103,6 +103,7 @@ __all__ = [
     "WORKER_UID",
     "ComposeBackendError",
     "SpawnError",
+    "escape",
     "project_name",
     "render_project",
 ]

@@ -23,7 +23,7 @@ def backend_for(paths: PodPaths, *, allow_no_isolation: bool = False) -> Backend
     workers = paths.runs / "workers"
     if manifest["backend"] == "compose":
         from clawstack.pod.compose import PROXY_WORKER_URL
-        from clawstack.pod.netguard import ensure_guard, runs_network
+        from clawstack.pod.netguard import ensure_guard, remove_guard, runs_network
         from clawstack.runs.backends.compose import ComposeBackend
 
         network = runs_network(manifest["pod"])
@@ -33,6 +33,8 @@ def backend_for(paths: PodPaths, *, allow_no_isolation: bool = False) -> Backend
             network=network.name,
             proxy_url=PROXY_WORKER_URL,
             guard=lambda: ensure_guard(network),
+            home_guard=ensure_guard,  # a task-home run's own network is kept off the host too
+            home_unguard=remove_guard,
         )
     return LocalBackend(workers, pod=manifest["pod"], allow_no_isolation=allow_no_isolation)
 

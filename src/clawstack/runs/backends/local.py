@@ -259,6 +259,11 @@ class LocalBackend:
         return {"backend": "local", "mechanism": "bubblewrap", "enforced": enforced}
 
     @property
+    def home_isolation_report(self) -> IsolationReport:
+        """A task-home worker is held to the same, its home the one writable path besides its ``/tmp``."""
+        return self.isolation_report
+
+    @property
     def model_endpoint(self) -> Mapping[str, str]:
         return {"model_unix_socket": SANDBOX_PROXY_SOCKET}
 

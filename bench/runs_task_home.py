@@ -5,7 +5,7 @@ and the home meter), against Hermes alone on a home of its own outside any sandb
 deliverables list of 200 files and a fetch of a 512 KiB file through the supervisor's socket, against a plain
 listing and read of the same files.
 
-Run: .venv/bin/python bench/runs_task_home.py [--turns 5]
+Run: .venv/bin/python bench/runs_task_home.py [--turns 5] [--backend local|compose]
 """
 
 from __future__ import annotations
@@ -104,16 +104,23 @@ def hermes_alone(base_url: str, home: Path, task: str, session: str | None) -> t
     return elapsed, line.split(": ", 1)[1]
 
 
-async def main(turns: int) -> None:
+async def main(turns: int, backend: str) -> None:
     base = Path(tempfile.mkdtemp(prefix="cs-bench-", dir="/tmp"))
     os.chmod(base, 0o700)
     pod = base / "pod"
     shutil.copytree(EXAMPLE, pod)
+    if backend == "compose":
+        from clawstack.cli.demo import make_compose_pod
+        from clawstack.pod.imagebuild import PROXY_IMAGE, WORKER_IMAGE, build_images
+
+        build_images()
+        make_compose_pod(pod, worker_image=WORKER_IMAGE, tool_image=PROXY_IMAGE, name=f"bench{os.getpid()}")
     sock = base / "sock"
     sock.mkdir(mode=0o700)
     try:
-        async with FakeModelServer() as fake:
-            environ = {"CLAW_FAKE_LLM_URL": fake.base_url, "TICKET_API_URL": "http://127.0.0.1:9"}
+        async with FakeModelServer(host="0.0.0.0" if backend == "compose" else "127.0.0.1") as fake:
+            upstream = fake.base_url.replace("0.0.0.0", "host.docker.internal" if backend == "compose" else "127.0.0.1")
+            environ = {"CLAW_FAKE_LLM_URL": upstream, "TICKET_API_URL": "http://127.0.0.1:9"}
             await asyncio.to_thread(up, pod, detach=True, environ=environ)
             server = RunsServer(Supervisor(pod, backend_for(PodPaths(pod.resolve())), callback_origin=None), sock)
             await server.start()
@@ -133,6 +140,7 @@ async def main(turns: int) -> None:
                     alone_resumed.append(took)
                 f, r = statistics.median(first), statistics.median(resumed)
                 af, ar = statistics.median(alone_first), statistics.median(alone_resumed)
+                print(f"backend {backend}, {turns} turns each")
                 print(f"(1) first turn launch->stopped p50 {ms(f)}; Hermes alone {ms(af)} ({f / af:.2f}x)")
                 print(f"(1) resumed turn launch->stopped p50 {ms(r)}; Hermes alone {ms(ar)} ({r / ar:.2f}x)")
                 print(f"    overhead of the stack per turn: first {ms(f - af)}, resumed {ms(r - ar)}")
@@ -180,4 +188,6 @@ async def main(turns: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=5)
-    asyncio.run(main(parser.parse_args().turns))
+    parser.add_argument("--backend", choices=("local", "compose"), default="local")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.turns, arguments.backend))

@@ -17,6 +17,7 @@ from clawstack.pod.errors import BackendError
 from clawstack.pod.imagebuild import (
     BASE_IMAGE,
     CONTEXT_DIGEST_LABEL,
+    HERMES_IMAGE,
     PROXY_IMAGE,
     SITE_DIR,
     WORKER_IMAGE,
@@ -64,11 +65,12 @@ def run(image: str, *argv: str, entrypoint: str | None = None, options: Sequence
     return result.stdout
 
 
-def test_all_three_are_built_or_up_to_date(built: dict[str, BuiltImage]) -> None:
+def test_all_four_are_built_or_up_to_date(built: dict[str, BuiltImage]) -> None:
     assert [(image.name, image.tag) for image in built.values()] == [
         ("base", BASE_IMAGE),
         ("proxy", PROXY_IMAGE),
         ("worker", WORKER_IMAGE),
+        ("hermes", HERMES_IMAGE),
     ]
     for image in built.values():
         assert image.image_id.startswith("sha256:")
@@ -192,3 +194,26 @@ def test_the_worker_honours_the_compose_wrapper_entrypoint(built: dict[str, Buil
     )
     assert result.returncode == int(ExitCode.USAGE), result.stderr
     assert "claw-wrapper: usage: claw-wrapper TASK" in result.stderr
+
+
+def test_the_hermes_image_carries_the_pinned_hermes_a_shell_and_the_wrapper(built: dict[str, BuiltImage]) -> None:
+    from clawstack.pod.hermes import VERSION
+
+    probe = (
+        "import importlib.metadata as m, site, sys; site.addsitedir('/opt/hermes/site'); "
+        "print(m.version('hermes-agent'))"
+    )
+    assert run(HERMES_IMAGE, "-c", probe, entrypoint="python3").strip() == VERSION
+    assert run(HERMES_IMAGE, "-c", "echo $((6 * 7)) | tr 4 x", entrypoint="bash").strip() == "x2"
+    # Without a task the wrapper reports worker_usage, with its exit 2, and nothing else.
+    result = subprocess.run(
+        ["docker", "run", *CONFINED, HERMES_IMAGE], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (result.returncode, result.stdout) == (2, "claw-home-failure worker_usage\n")
+    client = docker_client()
+    try:
+        attrs = client.api.inspect_image(HERMES_IMAGE)["Config"]
+    finally:
+        client.close()
+    assert "CLAW_TYPE=hermes" in attrs["Env"]
+    assert attrs["Labels"]["claw.type"] == "hermes"

@@ -371,3 +371,20 @@ async def test_a_compose_task_home_launch_without_an_address_block_is_network_un
         await stack.call("POST", "/v1/runs", home_launch(stack, "b4", "@fake reply: freed", home="two"))
     ).status == 202
     assert (await finished(stack, "b4"))["state"] == "stopped"
+
+
+@both
+async def test_concurrent_launches_for_one_home_admit_exactly_one(stack: RunsStack) -> None:
+    bodies = [home_launch(stack, f"race-{i}", "@fake reply: won", home="race") for i in range(5)]
+    answers = await asyncio.gather(*(stack.call("POST", "/v1/runs", body) for body in bodies))
+    statuses = sorted(answer.status for answer in answers)
+    assert statuses == [202, 409, 409, 409, 409]
+    assert {a.json()["error"]["code"] for a in answers if a.status == 409} == {"home_busy"}
+    (winner,) = [body["run_id"] for body, answer in zip(bodies, answers, strict=True) if answer.status == 202]
+    assert (await finished(stack, winner))["state"] == "stopped"
+    # Two installations that use one id get two homes, and do not hold each other's.
+    other = home_launch(stack, "race-beta", "@fake reply: beta", home="race") | {"installation": "beta"}
+    assert (await stack.call("POST", "/v1/runs", other)).status == 202
+    done = (await stack.call("GET", "/v1/runs/beta/race-beta?wait=stopped&timeout=60s")).json()
+    assert done["state"] == "stopped", done
+    assert stack.supervisor.homes.path("beta", "race") != stack.supervisor.homes.path("acme", "race")

@@ -14,6 +14,7 @@ from clawstack.cli import cli
 from clawstack.pod.errors import BackendError
 from clawstack.pod.imagebuild import (
     BASE_IMAGE,
+    HERMES_IMAGE,
     IMAGE_NAMES,
     IMAGE_TAGS,
     PROXY_IMAGE,
@@ -26,8 +27,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_image_names_carry_the_version() -> None:
-    assert IMAGE_NAMES == ("base", "proxy", "worker")
-    assert dict(IMAGE_TAGS) == {"base": BASE_IMAGE, "proxy": PROXY_IMAGE, "worker": WORKER_IMAGE}
+    assert IMAGE_NAMES == ("base", "proxy", "worker", "hermes")
+    assert dict(IMAGE_TAGS) == {
+        "base": BASE_IMAGE,
+        "proxy": PROXY_IMAGE,
+        "worker": WORKER_IMAGE,
+        "hermes": HERMES_IMAGE,
+    }
     assert BASE_IMAGE.rpartition(":")[2] == __version__
 
 
@@ -36,7 +42,16 @@ def test_the_dockerfiles_never_name_a_registry_image() -> None:
         name: [line for line in dockerfile(name).decode().splitlines() if line.startswith("FROM")]
         for name in IMAGE_NAMES
     }
-    assert froms == {"base": ["FROM scratch"], "proxy": ["FROM ${BASE_IMAGE}"], "worker": ["FROM ${BASE_IMAGE}"]}
+    assert froms == {
+        "base": ["FROM scratch"],
+        "proxy": ["FROM ${BASE_IMAGE}"],
+        "worker": ["FROM ${BASE_IMAGE}"],
+        "hermes": ["FROM ${WORKER_IMAGE}"],
+    }
+    hermes = dockerfile("hermes").decode()
+    assert "CLAW_TYPE=hermes" in hermes
+    assert "VOLUME" not in hermes
+    assert 'ENTRYPOINT ["python3", "-m", "clawstack.worker.hermes"]' in hermes
     worker = dockerfile("worker").decode()
     assert "ENV CLAW_TYPE=oneshot" in worker
     assert "VOLUME" not in worker

@@ -6,5 +6,5 @@ FROM ${WORKER_IMAGE}
 ADD tools.tar /
 COPY hermes /opt/hermes/site
 ENV CLAW_TYPE=hermes CLAW_HERMES_SITE=/opt/hermes/site CLAW_HOME=/home/task
-LABEL claw.role=worker claw.type=hermes
+LABEL claw.role=hermes claw.type=hermes
 ENTRYPOINT ["python3", "-m", "clawstack.worker.hermes"]

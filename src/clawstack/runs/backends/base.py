@@ -40,6 +40,27 @@ class RunLabels:
     run_id: str
 
 
+METER_OUT_DIR: Final = "meter-out"
+"""Where a task-home run's meter writes its measures, in the run's directory of either backend."""
+METER_RECORD: Final = "meter.json"
+MeterVerdict = Literal["ok", "pending", "home_full", "home_meter_unavailable"]
+
+
+def meter_verdict(measured: Mapping[str, Any] | None, running: bool | None) -> MeterVerdict:
+    """A meter's verdict from its last measure (:mod:`clawstack.worker.meter`) and whether it runs (``None``: it
+    is being started). A meter that is gone or failed is ``home_meter_unavailable``."""
+    verdict = None if measured is None else measured.get("verdict")
+    if verdict == "home_full":
+        return "home_full"
+    if verdict == "home_meter_unavailable":
+        return "home_meter_unavailable"
+    if running is None:
+        return "pending"
+    if not running:
+        return "home_meter_unavailable"
+    return "ok" if verdict == "ok" else "pending"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskHome:
     """A task-home run's home: the host directory, where the worker sees it, what the meter allows, the
@@ -85,7 +106,7 @@ class WorkerState:
     stdout: bytes  # the bounded capture
     stdout_truncated: bool
     isolation: Isolation = "container"
-    home_meter: Literal["ok", "pending", "home_full", "home_meter_unavailable"] | None = None
+    home_meter: MeterVerdict | None = None
     """A task-home run's meter: ``pending`` until its first measure, then its verdict; a meter that is gone or
     failed is ``home_meter_unavailable``. ``None`` for a stateless run."""
 
@@ -168,14 +189,18 @@ def check_limits(spec: WorkerSpec, error: type[ClawError]) -> None:
 __all__ = [
     "INSTALLATION",
     "MAX_ARGUMENT_BYTES",
+    "METER_OUT_DIR",
+    "METER_RECORD",
     "RUN_ID",
     "Backend",
     "Isolation",
     "IsolationReport",
+    "MeterVerdict",
     "RunLabels",
     "TaskHome",
     "WorkerSpec",
     "WorkerState",
     "check_labels",
     "check_limits",
+    "meter_verdict",
 ]

@@ -56,24 +56,23 @@ import docker.errors
 from clawstack.common.files import ensure_private_dir, fsync_dir, write_private
 from clawstack.pod.netguard import RunsNetwork
 from clawstack.runs.backends.base import (
+    METER_OUT_DIR,
+    METER_RECORD,
     Isolation,
     IsolationReport,
+    MeterVerdict,
     RunLabels,
     WorkerSpec,
     WorkerState,
     check_labels,
     check_limits,
+    meter_verdict,
 )
 from clawstack.runs.backends.compose_home import ENFORCED as HOME_ENFORCED
-from clawstack.runs.backends.compose_home import (
-    FORWARDER_URL,
-    METER_OUT_DIR,
-    METER_RECORD,
-    home_network,
-    render_home_project,
-)
+from clawstack.runs.backends.compose_home import FORWARDER_URL, home_network, render_home_project
 from clawstack.runs.backends.compose_project import (
     CONFIG_VARIABLE,
+    CONTAINER_ENFORCED,
     LABEL_INSTALLATION,
     LABEL_OUTPUT,
     LABEL_POD,
@@ -86,7 +85,6 @@ from clawstack.runs.backends.compose_project import (
     project_name,
     render_project,
 )
-from clawstack.runs.backends.local_meter import MeterVerdict
 from clawstack.runs.backends.monitor import read_json
 from clawstack.worker.container import wrapper_digest
 from clawstack.worker.contract import WorkerConfigError, parse_worker_config
@@ -96,20 +94,8 @@ UP_TIMEOUT_S: Final = 120.0
 DOWN_TIMEOUT_S: Final = 60.0
 WATCH_INTERVAL_S: Final = 0.1
 """Each look at a running worker is two Docker API reads, so this is longer than the local backend's."""
-ENFORCED: Final = (
-    "container",
-    "read_only_root",
-    "tmpfs_tmp",
-    "uid_65534",
-    "cap_drop_all",
-    "no_new_privileges",
-    "memory_limit",
-    "pids_limit",
-    "no_mounts",
-    "runs_network_only",
-    "host_input_dropped",
-)
-"""What every compose worker is held to (``isolation.enforced`` in a run's status)."""
+ENFORCED: Final = (*CONTAINER_ENFORCED, "no_mounts", "runs_network_only", "host_input_dropped")
+"""What every stateless compose worker is held to (``isolation.enforced`` in a run's status)."""
 
 _PROJECT_FILE: Final = "project.yml"  # not a name Compose picks up by itself from its working directory
 _CONFIG_SECRET: Final = "config.secret"  # noqa: S105 - a file name
@@ -495,13 +481,8 @@ class ComposeBackend:
             raise ComposeBackendError(
                 "the meter's measure could not be read", code="docker_unavailable", retryable=True
             ) from exc
-        verdict = None if measured is None else measured.get("verdict")
-        if verdict in ("home_full", "home_meter_unavailable"):
-            return verdict  # type: ignore[no-any-return]
         meters = self._find(labels, role="meter")
-        if not meters or any(m.get("State") != "running" for m in meters):
-            return "home_meter_unavailable"  # a meter that is gone or failed
-        return "ok" if verdict == "ok" else "pending"
+        return meter_verdict(measured, bool(meters) and all(m.get("State") == "running" for m in meters))
 
     # -- remove ---------------------------------------------------------------------------------------------------
 

@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 import yaml
 
 from clawstack.pod.netguard import RunsNetwork
-from clawstack.runs.backends.base import RunLabels, WorkerSpec
+from clawstack.runs.backends.base import METER_OUT_DIR, METER_RECORD, RunLabels, WorkerSpec
 from clawstack.runs.backends.compose_project import (
     CONFIG_VARIABLE,
+    CONTAINER_ENFORCED,
     LABEL_INSTALLATION,
     LABEL_OUTPUT,
     LABEL_POD,
@@ -48,23 +49,9 @@ FORWARDER_URL: Final = f"http://forwarder:{FORWARDER_PORT}/v1"
 """The model base URL a compose task-home worker is configured with."""
 METER_SCRIPT: Final = "/opt/clawstack/site/clawstack/worker/meter.py"
 METER_OUT: Final = "/meter"
-METER_OUT_DIR: Final = "meter-out"
-METER_RECORD: Final = "meter.json"
 HELPER_MEMORY_BYTES: Final = 256 * 1024 * 1024
 HELPER_PIDS: Final = 32
-ENFORCED: Final = (
-    "container",
-    "read_only_root",
-    "tmpfs_tmp",
-    "uid_65534",
-    "cap_drop_all",
-    "no_new_privileges",
-    "memory_limit",
-    "pids_limit",
-    "home_mount_only",
-    "run_network_only",
-    "host_input_dropped",
-)
+ENFORCED: Final = (*CONTAINER_ENFORCED, "home_mount_only", "run_network_only", "host_input_dropped")
 """What a compose task-home worker is held to (``isolation.enforced``): its home (and read-only content) are its
 only mounts, its own network its only network."""
 _LOG_FACTOR: Final = 8
@@ -184,8 +171,6 @@ def render_home_project(
 __all__ = [
     "ENFORCED",
     "FORWARDER_URL",
-    "METER_OUT_DIR",
-    "METER_RECORD",
     "home_network",
     "render_home_project",
 ]

@@ -20,6 +20,17 @@ LABEL_INSTALLATION: Final = "claw.installation"
 LABEL_RUN: Final = "claw.run_id"
 LABEL_ROLE: Final = "claw.role"
 LABEL_OUTPUT: Final = "claw.max-output-bytes"
+CONTAINER_ENFORCED: Final = (
+    "container",
+    "read_only_root",
+    "tmpfs_tmp",
+    "uid_65534",
+    "cap_drop_all",
+    "no_new_privileges",
+    "memory_limit",
+    "pids_limit",
+)
+"""What every compose worker container is held to, stateless or task-home (``isolation.enforced``)."""
 
 
 class ComposeBackendError(ClawError):
@@ -94,6 +105,7 @@ def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
 
 __all__ = [
     "CONFIG_VARIABLE",
+    "CONTAINER_ENFORCED",
     "LABEL_INSTALLATION",
     "LABEL_OUTPUT",
     "LABEL_POD",

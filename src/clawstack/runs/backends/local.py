@@ -58,24 +58,19 @@ from clawstack.pod.hermes import hermes_installation
 from clawstack.runs.backends import monitor as _monitor
 from clawstack.runs.backends.base import (
     INSTALLATION,
+    METER_OUT_DIR,
+    METER_RECORD,
     RUN_ID,
     Isolation,
     IsolationReport,
+    MeterVerdict,
     RunLabels,
     WorkerSpec,
     WorkerState,
     check_labels,
     check_limits,
 )
-from clawstack.runs.backends.local_meter import (
-    METER_DIR,
-    METER_INTERVAL_S,
-    METER_OUT_DIR,
-    METER_RECORD,
-    MeterVerdict,
-    meter_plan,
-    meter_verdict,
-)
+from clawstack.runs.backends.local_meter import METER_DIR, METER_INTERVAL_S, local_meter_verdict, meter_plan
 from clawstack.runs.backends.monitor import (
     EXIT_RECORD,
     HOST_CONFIG_FILE,
@@ -465,7 +460,7 @@ class LocalBackend:
             raise LocalBackendError(
                 "the meter's measure could not be read", code="state_unreadable", retryable=True
             ) from exc
-        return meter_verdict(record, exited, measured)
+        return local_meter_verdict(record, exited, measured)
 
     @staticmethod
     def _host_config(spec: WorkerSpec) -> bytes:

@@ -11,9 +11,9 @@ import secrets
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from clawstack.runs.backends.base import WorkerSpec
+from clawstack.runs.backends.base import METER_RECORD, MeterVerdict, WorkerSpec, meter_verdict
 from clawstack.runs.backends.monitor import SANDBOX_PYTHON, Bind, LaunchPlan, ProcessId
 from clawstack.worker import meter
 
@@ -21,13 +21,9 @@ SANDBOX_METER: Final = "/opt/claw/meter.py"
 SANDBOX_METER_OUT: Final = "/run/claw-meter"
 METER_DIR: Final = "meter"
 """The meter's own monitor directory inside the run's directory."""
-METER_OUT_DIR: Final = "meter-out"
-METER_RECORD: Final = "meter.json"
 METER_MEMORY_BYTES: Final = 256 * 1024 * 1024
 METER_PIDS: Final = 16
 METER_INTERVAL_S: Final = 1.0
-
-MeterVerdict = Literal["ok", "pending", "home_full", "home_meter_unavailable"]
 
 
 def meter_plan(
@@ -87,27 +83,19 @@ def meter_plan(
     )
 
 
-def meter_verdict(
+def local_meter_verdict(
     record: Mapping[str, Any] | None, exited: Mapping[str, Any] | None, measured: Mapping[str, Any] | None
 ) -> MeterVerdict:
-    """The verdict of a meter from its monitor's record and exit record and its last measure."""
-    verdict = None if measured is None else measured.get("verdict")
-    if verdict in ("home_full", "home_meter_unavailable"):
-        return verdict  # type: ignore[no-any-return]
+    """The verdict of a local meter from its monitor's record and exit record and its last measure."""
     if record is None:
-        return "pending"  # its monitor is being started
+        return meter_verdict(measured, None)  # its monitor is being started
     monitor = ProcessId.from_json(record["monitor"])
-    if exited is not None or monitor is None or not monitor.alive():
-        return "home_meter_unavailable"  # a meter that is gone or failed
-    return "ok" if verdict == "ok" else "pending"
+    return meter_verdict(measured, exited is None and monitor is not None and monitor.alive())
 
 
 __all__ = [
     "METER_DIR",
     "METER_INTERVAL_S",
-    "METER_OUT_DIR",
-    "METER_RECORD",
-    "MeterVerdict",
+    "local_meter_verdict",
     "meter_plan",
-    "meter_verdict",
 ]

@@ -62,7 +62,11 @@ from clawstack.worker.home_contract import (
 RUNNER_MODULES: Final[tuple[str, ...]] = (
     "clawstack",
     "clawstack.common",
+    "clawstack.common.clock",
+    "clawstack.common.digest",
     "clawstack.common.errors",
+    "clawstack.common.files",
+    "clawstack.common.ids",
     "clawstack.common.strictjson",
     "clawstack.worker",
     "clawstack.worker.contract",

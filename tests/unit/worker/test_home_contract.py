@@ -79,3 +79,19 @@ def test_an_exit_of_zero_without_a_well_formed_header_has_no_result(header: byte
 def test_only_allowlisted_reasons_can_be_formatted() -> None:
     with pytest.raises(ValueError, match="unknown failure reason"):
         format_failure(HomeFailure("worker_secret_path /home/task"))
+
+
+def test_the_wrappers_pinned_modules_are_exactly_what_it_imports() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from clawstack.worker.hermes import RUNNER_MODULES
+
+    code = (
+        "import json, sys, clawstack.worker.hermes; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('clawstack'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == sorted(RUNNER_MODULES)
+    assert list(RUNNER_MODULES) == sorted(set(RUNNER_MODULES))

@@ -312,3 +312,43 @@ def test_compose_image_rules(
         up(pod, detach=False, environ={}, inspector=inspector(claw_type, volumes))
     assert fragment in info.value.message
     assert not (pod / ".claw-runs").exists()
+
+
+def test_a_compose_task_home_template_pins_its_forwarder_and_meter_image(tmp_path: Path) -> None:
+    from clawstack.pod.imagebuild import WORKER_IMAGE
+
+    pod = compose_pod(tmp_path, home=True)
+    seen: list[str] = []
+
+    def inspect(reference: str) -> ImageInfo:
+        seen.append(reference)
+        kind = "oneshot" if reference == WORKER_IMAGE else "hermes"
+        digit = "b" if reference == WORKER_IMAGE else "a"
+        return ImageInfo(reference, "sha256:" + digit * 64, kind, (), None, None, None)
+
+    result = up(pod, detach=False, environ={}, inspector=inspect)
+    runner = result.compiled.templates[0].document["runner"]
+    assert runner == {
+        "image": "acme/worker:1",
+        "image_id": "sha256:" + "a" * 64,
+        "type": "hermes",
+        "helper_image_id": "sha256:" + "b" * 64,
+    }
+    assert WORKER_IMAGE in seen
+
+
+def test_a_compose_task_home_template_without_clawstacks_worker_image_is_refused(tmp_path: Path) -> None:
+    from clawstack.pod.imagebuild import WORKER_IMAGE
+
+    pod = compose_pod(tmp_path, home=True)
+
+    def inspect(reference: str) -> ImageInfo:
+        if reference == WORKER_IMAGE:
+            raise BackendError(f"no image {reference}", code="image_not_found")
+        return ImageInfo(reference, "sha256:" + "a" * 64, "hermes", (), None, None, None)
+
+    with pytest.raises(BackendError) as info:
+        up(pod, detach=False, environ={}, inspector=inspect)
+    assert info.value.code == "image_not_found"
+    assert "run claw images build" in info.value.message
+    assert not (pod / ".claw-runs").exists()

@@ -138,6 +138,36 @@ class CreateIdentityRequest(_Strict):
         return value
 
 
+WORKER_TOOL_TYPES: Final = frozenset({"function", "custom"})
+"""The tool types a per-run worker may send: its own tools, which it runs itself."""
+HOSTED_CAPABILITY_FIELDS: Final = ("web_search_options", "plugins")
+"""Request fields that switch on a provider-hosted capability (OpenAI's hosted search, OpenRouter's plugins)."""
+
+
+def check_no_hosted_tools(body: Mapping[str, Any]) -> None:
+    """The final-request guard: a per-run worker's request may carry no provider-hosted tool (remote MCP, hosted
+    web or file search, code interpreter, computer use, image generation: any tool type but ``function`` and
+    ``custom``) and no field that enables one; such a request is refused before any upstream sees it, on every
+    route (``hosted_tool_refused``)."""
+    for field in HOSTED_CAPABILITY_FIELDS:
+        if field in body:
+            raise RequestError(
+                f"{field} enables a provider-hosted capability, which per-run workers may not use",
+                code="hosted_tool_refused",
+            )
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            raise RequestError("each tool must be an object", code="invalid_request")
+        kind = tool.get("type")
+        if kind not in WORKER_TOOL_TYPES:
+            shown = kind[:40] if isinstance(kind, str) else type(kind).__name__
+            raise RequestError(
+                f"tool type {shown!r} is a provider-hosted tool (or none), which per-run workers may not use; "
+                "send function or custom tools",
+                code="hosted_tool_refused",
+            )
+
+
 def validation_message(exc: ValidationError) -> str:
     """The first validation problem, naming the field; never the rejected value."""
     first = exc.errors()[0]
@@ -314,6 +344,7 @@ class ProxyService:
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
             raise RequestError("tools must be an array", code="invalid_request")
+        check_no_hosted_tools(body)
         for tool in tools or []:
             name = (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
             if isinstance(name, str) and self.catalog.is_managed_name(name):

@@ -24,6 +24,7 @@ KEYS = {
     "OPENAI_API_KEY": "sk-openai-" + "k" * 24,
     "CUSTOM_KEY": "sk-custom-" + "c" * 24,
     "OPENROUTER_API_KEY": "sk-or-" + "o" * 24,
+    "VERCEL_API_KEY": "sk-vercel-" + "v" * 24,
     "TICKET_TOKEN": "tool-bearer-" + "b" * 24,
 }
 ENVIRON = {"CLAW_PROXY_OPERATOR_TOKEN": OPERATOR_TOKEN}
@@ -91,7 +92,12 @@ async def make_stack(tmp_path: Path) -> AsyncIterator[StackFactory]:
         await fallback.start()
         config = proxy_config(
             tmp_path,
-            {"openai": primary.base_url, "custom": fallback.base_url, "openrouter": fallback.base_url},
+            {
+                "openai": primary.base_url,
+                "custom": fallback.base_url,
+                "openrouter": fallback.base_url,
+                "vercel": fallback.base_url,
+            },
             **(config_extra or {}),
         )
         proxy = ProxyServer(config, environ=ENVIRON)

@@ -348,3 +348,42 @@ def _ticket_tools(base_url: str) -> dict[str, Any]:
             },
         }
     }
+
+
+HOSTED = [
+    {"type": "mcp", "server_label": "remote", "server_url": "https://mcp.example.com/sse"},
+    {"type": "web_search"},
+    {"type": "web_search_preview"},
+    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "code_interpreter"},
+    {"type": "computer_use_preview", "display_width": 1024, "display_height": 768},
+    {"type": "image_generation"},
+    {"type": "some_future_hosted_tool"},
+    {"function": {"name": "untyped", "parameters": {}}},  # no type at all is not a worker tool either
+]
+
+
+@pytest.mark.parametrize(
+    "ref", ["openai/gpt-test", "custom/m", "openrouter/google/gemini-test", "vercel/openai/gpt-test"]
+)
+async def test_hosted_tools_are_refused_before_dispatch_on_every_route(make_stack: StackFactory, ref: str) -> None:
+    stack = await make_stack()
+    ident, secret = await stack.identity(chain=[ChainEntry("primary", ref)])
+    url = stack.proxy.worker_base_url + "/chat/completions"
+    headers = {"Authorization": f"Bearer {ident}:{secret}"}
+    base = {"model": "primary", "messages": [{"role": "user", "content": "search the web"}]}
+    function = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    for tool in HOSTED:
+        got, body, _ = await raw(url, headers=headers, data=json.dumps(base | {"tools": [function, tool]}).encode())
+        assert (got, body["error"]["code"]) == (400, "hosted_tool_refused"), tool
+    for field in ({"web_search_options": {}}, {"plugins": [{"id": "web"}]}):
+        got, body, _ = await raw(url, headers=headers, data=json.dumps(base | field).encode())
+        assert (got, body["error"]["code"]) == (400, "hosted_tool_refused"), field
+    assert stack.primary.requests == []
+    assert stack.fallback.requests == []  # no upstream saw any of them
+    # The worker's own function and custom tools pass.
+    custom = {"type": "custom", "custom": {"name": "grep"}}
+    got, body, _ = await raw(url, headers=headers, data=json.dumps(base | {"tools": [function, custom]}).encode())
+    assert got == 200, body
+    served = stack.primary.requests + stack.fallback.requests
+    assert [t["type"] for t in served[0].body["tools"]] == ["function", "custom"]

@@ -44,9 +44,13 @@ def check_supported(template: dict[str, Any], backend: str) -> None:
         )
 
 
-def check_key(installation: str, run_id: str) -> None:
+def check_installation(installation: str) -> None:
     if not INSTALLATION.fullmatch(installation):
         raise RunsError("request_invalid", "installation must match [a-z0-9][a-z0-9-]{0,63}")
+
+
+def check_key(installation: str, run_id: str) -> None:
+    check_installation(installation)
     if not RUN_ID.fullmatch(run_id):
         raise RunsError("request_invalid", "run_id must match [A-Za-z0-9_-]{1,128}")
 
@@ -183,6 +187,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "Launch",
     "check_grant",
+    "check_installation",
     "check_key",
     "parse_body",
     "parse_generation",

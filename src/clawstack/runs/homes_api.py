@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from clawstack.runs.admission import check_key
+from clawstack.runs.admission import check_installation
 from clawstack.runs.deliverables import DeliverableError, fetch_deliverable, list_deliverables
 from clawstack.runs.errors import RunsError
 from clawstack.runs.homes import HOME_ID
@@ -19,7 +19,7 @@ from clawstack.runs.supervisor import Answer, Supervisor
 
 
 def _check_home(installation: str, home: str) -> None:
-    check_key(installation, "home")
+    check_installation(installation)
     if not HOME_ID.fullmatch(home):
         raise RunsError("request_invalid", "home is 1 to 128 of A-Z a-z 0-9 . _ - and does not start with a dot")
 

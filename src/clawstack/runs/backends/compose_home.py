@@ -31,16 +31,14 @@ from clawstack.runs.backends.base import METER_OUT_DIR, METER_RECORD, RunLabels,
 from clawstack.runs.backends.compose_project import (
     CONFIG_VARIABLE,
     CONTAINER_ENFORCED,
-    LABEL_INSTALLATION,
+    HARDENING,
     LABEL_OUTPUT,
-    LABEL_POD,
-    LABEL_ROLE,
-    LABEL_RUN,
     TASK_VARIABLE,
-    WORKER_UID,
     ComposeBackendError,
     escape,
     project_name,
+    run_labels,
+    worker_logging,
 )
 from clawstack.worker.home_contract import HOME_ENV
 
@@ -54,34 +52,12 @@ HELPER_PIDS: Final = 32
 ENFORCED: Final = (*CONTAINER_ENFORCED, "home_mount_only", "run_network_only", "host_input_dropped")
 """What a compose task-home worker is held to (``isolation.enforced``): its home (and read-only content) are its
 only mounts, its own network its only network."""
-_LOG_FACTOR: Final = 8
-_HARDENING: Final[dict[str, Any]] = {
-    "init": True,
-    "user": f"{WORKER_UID}:{WORKER_UID}",
-    "read_only": True,
-    "cap_drop": ["ALL"],
-    "security_opt": ["no-new-privileges:true"],
-    "ipc": "none",
-    "restart": "no",
-    "stop_grace_period": "1s",
-    "pull_policy": "never",
-}
 
 
 def home_network(labels: RunLabels) -> RunsNetwork:
     """The run's own network and the bridge it is pinned to."""
     digest = hashlib.sha256(f"{labels.pod}\0{labels.installation}\0{labels.run_id}".encode()).hexdigest()
     return RunsNetwork(name=f"clawh-{digest[:24]}", bridge=f"clawh-{digest[:9]}")
-
-
-def _labels(labels: RunLabels, role: str, **extra: str) -> dict[str, str]:
-    return {
-        LABEL_POD: labels.pod,
-        LABEL_INSTALLATION: labels.installation,
-        LABEL_RUN: labels.run_id,
-        LABEL_ROLE: role,
-        **extra,
-    }
 
 
 def render_home_project(
@@ -102,9 +78,8 @@ def render_home_project(
     volumes += [
         {"type": "bind", "source": escape(str(src)), "target": dst, "read_only": True} for src, dst in home.content
     ]
-    log_file_bytes = max(64 * 1024, spec.max_output_bytes * _LOG_FACTOR)
     worker: dict[str, Any] = {
-        **_HARDENING,
+        **HARDENING,
         "image": spec.image_id,
         "entrypoint": ["python3", "-m", "clawstack.worker.hermes"],
         "command": [f"${{{TASK_VARIABLE}:?}}"],
@@ -117,11 +92,11 @@ def render_home_project(
         "volumes": volumes,
         "networks": ["home"],
         "depends_on": ["forwarder"],
-        "labels": _labels(labels, "worker", **{LABEL_OUTPUT: str(spec.max_output_bytes)}),
-        "logging": {"driver": "json-file", "options": {"max-size": str(log_file_bytes), "max-file": "2"}},
+        "labels": run_labels(labels, "worker", **{LABEL_OUTPUT: str(spec.max_output_bytes)}),
+        "logging": worker_logging(spec.max_output_bytes),
     }
     helper: dict[str, Any] = {
-        **_HARDENING,
+        **HARDENING,
         "image": home.helper_image_id,
         "mem_limit": HELPER_MEMORY_BYTES,
         "memswap_limit": HELPER_MEMORY_BYTES,
@@ -133,7 +108,7 @@ def render_home_project(
         "entrypoint": ["python3", "-m", "clawstack.worker.forwarder"],
         "command": ["--listen", f"0.0.0.0:{FORWARDER_PORT}", "--to", f"{proxy.hostname}:{proxy.port}"],
         "networks": ["home", "runs"],
-        "labels": _labels(labels, "forwarder"),
+        "labels": run_labels(labels, "forwarder"),
     }
     meter = {
         **helper,
@@ -147,7 +122,7 @@ def render_home_project(
             {"type": "bind", "source": escape(str(run_dir / METER_OUT_DIR)), "target": METER_OUT},
         ],
         "network_mode": "none",
-        "labels": _labels(labels, "meter"),
+        "labels": run_labels(labels, "meter"),
     }
     network = home_network(labels)
     document = {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 import yaml
@@ -46,6 +47,35 @@ class SpawnError(ComposeBackendError):
 
 
 _LOG_FACTOR: Final = 8  # json-file counts encoded bytes: an escaped control character is six
+HARDENING: Final[Mapping[str, Any]] = {
+    "pull_policy": "never",
+    "init": True,
+    "user": f"{WORKER_UID}:{WORKER_UID}",
+    "read_only": True,
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges:true"],
+    "ipc": "none",  # a private IPC namespace without /dev/shm, which would be a second writable path
+    "restart": "no",
+    "stop_grace_period": "1s",
+}
+"""What every container of a run's project is started with, whatever it runs."""
+
+
+def run_labels(labels: RunLabels, role: str, **extra: str) -> dict[str, str]:
+    """The labels a container of the run carries: how its run finds it, and how orphans are found."""
+    return {
+        LABEL_POD: labels.pod,
+        LABEL_INSTALLATION: labels.installation,
+        LABEL_RUN: labels.run_id,
+        LABEL_ROLE: role,
+        **extra,
+    }
+
+
+def worker_logging(max_output_bytes: int) -> dict[str, Any]:
+    """The worker's stdout bound: two json-file logs of a few times what the run may print."""
+    size = max(64 * 1024, max_output_bytes * _LOG_FACTOR)
+    return {"driver": "json-file", "options": {"max-size": str(size), "max-file": "2"}}
 
 
 def project_name(labels: RunLabels) -> str:
@@ -63,36 +93,21 @@ def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
     """The run's Compose project; it holds no task text and no credential, only their placeholders."""
     if spec.image_id is None:
         raise ComposeBackendError("the template pins no image", code="spec_invalid")
-    log_file_bytes = max(64 * 1024, spec.max_output_bytes * _LOG_FACTOR)
     labels = spec.labels
     service: dict[str, Any] = {
+        **HARDENING,
         "image": spec.image_id,
-        "pull_policy": "never",
         "entrypoint": [escape(part) for part in WRAPPER_ENTRYPOINT],
         "command": [f"${{{TASK_VARIABLE}:?}}"],
         "environment": {"CLAW_WORKER_CONFIG": f"${{{CONFIG_VARIABLE}:?}}"},
-        "init": True,
-        "user": f"{WORKER_UID}:{WORKER_UID}",
-        "read_only": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
         "mem_limit": spec.memory_bytes,
         "memswap_limit": spec.memory_bytes,
         "pids_limit": spec.pids,
         "tmpfs": [f"/tmp:size={tmp_bytes},mode=1777"],  # noqa: S108 - the container's own tmpfs
         "working_dir": "/tmp",  # noqa: S108
-        "ipc": "none",  # a private IPC namespace without /dev/shm, which would be a second writable path
         "networks": ["runs"],
-        "restart": "no",
-        "stop_grace_period": "1s",
-        "labels": {
-            LABEL_POD: labels.pod,
-            LABEL_INSTALLATION: labels.installation,
-            LABEL_RUN: labels.run_id,
-            LABEL_ROLE: "worker",
-            LABEL_OUTPUT: str(spec.max_output_bytes),
-        },
-        "logging": {"driver": "json-file", "options": {"max-size": str(log_file_bytes), "max-file": "2"}},
+        "labels": run_labels(labels, "worker", **{LABEL_OUTPUT: str(spec.max_output_bytes)}),
+        "logging": worker_logging(spec.max_output_bytes),
     }
     document = {
         "name": project_name(labels),
@@ -106,6 +121,7 @@ def render_project(spec: WorkerSpec, *, network: str, tmp_bytes: int) -> bytes:
 __all__ = [
     "CONFIG_VARIABLE",
     "CONTAINER_ENFORCED",
+    "HARDENING",
     "LABEL_INSTALLATION",
     "LABEL_OUTPUT",
     "LABEL_POD",
@@ -118,4 +134,6 @@ __all__ = [
     "escape",
     "project_name",
     "render_project",
+    "run_labels",
+    "worker_logging",
 ]

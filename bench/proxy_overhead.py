@@ -146,6 +146,7 @@ def main() -> None:
                         "revocation_dir": "rev",
                         "env": {"OPENAI_API_KEY": "sk-bench"},
                         "upstreams": {"openai": {"base_url": fake_url, "api_key_env": "OPENAI_API_KEY"}},
+                        "data_policy": "permissive",
                     }
                 )
             )

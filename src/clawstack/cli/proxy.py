@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from clawstack.cli._proxy_auth import auth
 from clawstack.cli._serving import configure_logging, serve_until_signal
 from clawstack.proxy.client import ProxyOperatorClient
 from clawstack.proxy.config import ProxyConfig, load_config
@@ -98,3 +99,6 @@ def self_test(config_path: Path) -> None:
         asyncio.run(run())
     except ProxyError as exc:
         raise click.ClickException(f"{exc.code}: {exc.message}") from exc
+
+
+proxy.add_command(auth)

@@ -304,10 +304,31 @@ def doctor(pod_dir: Path, remove_orphans: bool) -> None:
         problems += _doctor_workers(paths, backend, remove_orphans=remove_orphans)
     finally:
         backend.close()
-    click.echo("model families: none in use (clawstack resolves exact models only)")
+    problems += _doctor_families(paths)
     click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes; GET /v1/subscriptions answers 501)")
     if problems:
         raise click.ClickException(f"{problems} problem(s) found")
+
+
+def _doctor_families(paths: PodPaths) -> int:
+    """Report family drift: compiled entries whose family now resolves elsewhere; the number drifted."""
+    from clawstack.pod.drift import family_drift
+
+    try:
+        in_use, drifted = family_drift(paths)
+    except ClawError as exc:
+        click.echo(f"model families: cannot read the pod's family table: {exc.message}")
+        return 1
+    except OSError as exc:
+        click.echo(f"model families: cannot read the pod file: {exc.strerror}")
+        return 1
+    if not drifted:
+        click.echo(f"model families: {in_use} chain entr{'y' if in_use == 1 else 'ies'} from a family, no drift")
+        return 0
+    click.echo(f"model families: {len(drifted)} drifted (run claw up to recompile with the current resolution)")
+    for item in drifted:
+        click.echo(f"  {item.describe()}")
+    return len(drifted)
 
 
 def _doctor_workers(paths: PodPaths, backend: Backend, *, remove_orphans: bool) -> int:

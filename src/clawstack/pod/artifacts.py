@@ -184,6 +184,7 @@ def proxy_config(compiled: CompiledPod, paths: PodPaths, operator_token: str) ->
     }
     if spec.journal:
         config["journal"] = {"directory": journal}
+    config["data_policy"] = spec.data_policy.to_config()
     return config
 
 

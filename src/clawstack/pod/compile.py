@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from clawstack.common.digest import sha256_digest, spec_digest
-from clawstack.pod.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
+from clawstack.models.descriptors import DescriptorError, ServiceDescriptor, parse_descriptor
+from clawstack.models.policy import PLAN_POLICY_ENDPOINT
+from clawstack.models.refs import PLAN_PREFIXES, PROVIDER_BASE_URLS
 from clawstack.pod.errors import BackendError, ValidationError
 from clawstack.pod.hermes import hermes_installation, hermes_pin
 from clawstack.pod.imagebuild import WORKER_IMAGE
 from clawstack.pod.images import ImageInfo, inspect_image
 from clawstack.pod.netguard import runs_network
 from clawstack.pod.podfile import POD_FILE, PodSpec, Template
-from clawstack.pod.values import PLAN_PREFIXES
 from clawstack.worker.container import wrapper_digest
 
 TEMPLATE_SCHEMA: Final = 1
@@ -212,19 +213,32 @@ def _expand_grant(template: Template, descriptors: Mapping[str, ServiceDescripto
     return sorted(granted)
 
 
-def _data_policy(template: Template) -> dict[str, Any]:
-    """What this template's model calls are subject to today, stated no stronger than it is: no region is
-    enforced and nothing is attested; only OpenRouter slots carry zero-retention and no-training controls (the
-    proxy sets them); and the proxy keeps call metadata locally in every pod (``audit.jsonl``, and the trace
-    journal when it is on), never message content."""
-    openrouter_only = all(m.ref.startswith("openrouter/") for m in template.models)
-    return {
-        "regions": [],
-        "training": "none" if openrouter_only else "provider_default",
-        "retention": "none" if openrouter_only else "provider_default",
-        "local_retention": "metadata",
-        "attested_providers": [],
-    }
+def entry_endpoint(spec: PodSpec, prefix: str) -> str:
+    """The endpoint a chain entry's provider is reached at, as the data policy names it."""
+    if prefix in spec.upstreams:
+        return spec.upstreams[prefix].base_url
+    if prefix in PLAN_PREFIXES:
+        return PLAN_POLICY_ENDPOINT
+    return PROVIDER_BASE_URLS[prefix]
+
+
+def _check_data_policy(spec: PodSpec, template: Template, where: str) -> None:
+    """Under a constrained policy every chain entry needs evidence for its provider at its endpoint."""
+    problems = []
+    for m in template.models:
+        endpoint = entry_endpoint(spec, m.prefix)
+        lacking = spec.data_policy.missing(m.prefix, endpoint)
+        if lacking:
+            problems.append(f"{m.slot} {m.ref} (provider {m.prefix} at {endpoint}) lacks {', '.join(lacking)}")
+    if problems:
+        raise ValidationError(
+            "the data policy admits no chain entry without evidence for its provider and endpoint: "
+            + "; ".join(problems)
+            + ". Attest what the provider guarantees in x-claw.data-policy.attestations, use a regional route, "
+            "or set x-claw.data-policy: permissive",
+            where=f"{where}.x-claw.models",
+            code="data_policy_violation",
+        )
 
 
 def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> CompiledPod:
@@ -250,6 +264,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             if spec.backend == "compose"
             else _local_runner(template, where)
         )
+        _check_data_policy(spec, template, where)
         tools = _expand_grant(template, descriptors, where)
         services_used = sorted({name.split(".", 1)[0] for name in tools})
         for service in services_used:
@@ -267,7 +282,8 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
                 "ref": m.ref,
                 **({"reasoning_effort": m.reasoning_effort} if m.reasoning_effort else {}),
                 **({"provider_preferences": dict(m.provider_preferences)} if m.provider_preferences else {}),
-                **({"needs_signin": True} if m.ref.split("/", 1)[0] in PLAN_PREFIXES else {}),
+                **({"requested": m.requested} if m.requested else {}),
+                **({"needs_signin": True} if m.needs_signin else {}),
             }
             for m in template.models
         ]
@@ -291,6 +307,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             },
             "credentials": sorted(template.cllama_env),  # names only: a rotation keeps the digest
             "journal": spec.journal,  # whether the proxy keeps a trace of this template's calls
+            "data_policy": spec.data_policy.to_config(),
         }
         document: dict[str, Any] = {
             "schema": TEMPLATE_SCHEMA,
@@ -320,7 +337,7 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             else {"mount": template.home.mount, "max_bytes": template.home.max_bytes},
             "content": [{"source": c.source, "target": c.target} for c in template.content],
             "content_targets": [c.target for c in template.content],
-            "data_policy": _data_policy(template),
+            "data_policy": spec.data_policy.listing(),
             "context_digest": spec_digest(context),
         }
         document["id"] = spec_digest(document)

@@ -15,21 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from clawstack.models.families import SHIPPED_TABLE, FamilyError, FamilyTable
+from clawstack.models.policy import DEFAULT_POLICY, REGIONAL_ROUTES, DataPolicy, PolicyError, parse_policy
+from clawstack.models.refs import BUILTIN_PREFIXES, PROVIDER_KEY_ENV
+from clawstack.pod.chain import ModelSlot, parse_models
 from clawstack.pod.errors import PodFileError, ValidationError
 from clawstack.pod.interpolate import UnsetVariable, build_environment, interpolate, read_dotenv
-from clawstack.pod.values import (
-    BUILTIN_PREFIXES,
-    OPENROUTER_SLUG,
-    PLAN_PREFIXES,
-    PROVIDER_KEY_ENV,
-    REASONING_EFFORTS,
-    SLOT,
-    bounded,
-    parse_duration_s,
-    parse_size,
-    slot_order,
-    split_model_ref,
-)
+from clawstack.pod.values import bounded, parse_duration_s, parse_size
 from clawstack.pod.yamlload import load_yaml
 
 POD_FILE: Final = "claw-pod.yml"
@@ -38,7 +30,9 @@ MAX_CONTRACT_BYTES: Final = 256 * 1024
 NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 ENV_NAME: Final = re.compile(r"[A-Z_][A-Z0-9_]*")
 TOP_LEVEL: Final = frozenset({"version", "name", "services", "networks", "volumes", "configs", "secrets"})
-POD_X_CLAW: Final = frozenset({"pod", "backend", "cllama-defaults", "models-defaults", "upstreams", "journal"})
+POD_X_CLAW: Final = frozenset(
+    {"pod", "backend", "cllama-defaults", "models-defaults", "model-families", "upstreams", "journal", "data-policy"}
+)
 PER_RUN_X_CLAW: Final = frozenset(
     {"agent", "lifecycle", "tools", "cllama", "cllama-env", "models", "reasoning-effort", "provider-preferences", "run"}
 )
@@ -46,27 +40,8 @@ REJECTED_PER_RUN_X_CLAW: Final = ("count", "handles", "invoke", "memory", "surfa
 RUN_KEYS: Final = frozenset(
     {"max-runtime", "max-authority", "max-task-bytes", "max-result-bytes", "memory", "pids", "home", "content"}
 )
-PREFERENCE_KEYS: Final = ("only", "allow_fallbacks", "require_parameters", "zdr", "data_collection")
-NARROWING: Final[Mapping[str, object]] = {
-    "zdr": True,
-    "require_parameters": True,
-    "allow_fallbacks": False,
-    "data_collection": "deny",
-}
 
 Backend = Literal["local", "compose"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSlot:
-    slot: str
-    ref: str
-    reasoning_effort: str | None = None
-    provider_preferences: Mapping[str, Any] | None = None
-
-    @property
-    def needs_signin(self) -> bool:
-        return self.ref.split("/", 1)[0] in PLAN_PREFIXES
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +113,8 @@ class PodSpec:
     tool_services: tuple[ToolServiceDecl, ...]
     upstreams: Mapping[str, Upstream]
     journal: bool
+    data_policy: DataPolicy = DEFAULT_POLICY
+    families: FamilyTable = SHIPPED_TABLE
     warnings: tuple[str, ...] = field(default=())  # unset variables interpolated as blank strings
 
 
@@ -212,6 +189,16 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
     default_env = _env_map(defaults.get("env"), f"{POD_FILE}: x-claw.cllama-defaults.env")
     models_defaults = _mapping(pod_x.get("models-defaults"), f"{POD_FILE}: x-claw.models-defaults")
     upstreams = _upstreams(_mapping(pod_x.get("upstreams"), f"{POD_FILE}: x-claw.upstreams"))
+    try:
+        families = FamilyTable.with_overrides(
+            _mapping(pod_x.get("model-families"), f"{POD_FILE}: x-claw.model-families")
+        )
+    except FamilyError as exc:
+        raise ValidationError(str(exc), where=f"{POD_FILE}: x-claw.model-families") from None
+    try:
+        data_policy = parse_policy(pod_x.get("data-policy"), dashed=True)
+    except PolicyError as exc:
+        raise ValidationError(str(exc), where=f"{POD_FILE}: x-claw.data-policy") from None
 
     services = _mapping(document.get("services"), f"{POD_FILE}: services")
     if not services:
@@ -246,7 +233,7 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
             )
     tools_by_service = {decl.name: decl for decl in tool_services}
     templates = tuple(
-        _template(pod_dir, name_, service, default_env, models_defaults, upstreams, tools_by_service)
+        _template(pod_dir, name_, service, default_env, models_defaults, upstreams, families, tools_by_service)
         for name_, service in per_run.items()
     )
     _check_shared_env(templates)
@@ -258,6 +245,8 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
         templates=templates,
         tool_services=tuple(tool_services),
         upstreams=upstreams,
+        data_policy=data_policy,
+        families=families,
         journal=journal,
         warnings=unset,
     )
@@ -287,9 +276,10 @@ def _upstreams(raw: dict[str, Any]) -> dict[str, Upstream]:
         where = f"{POD_FILE}: x-claw.upstreams.{prefix}"
         if not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", prefix):
             raise ValidationError("upstream prefixes are [a-z0-9-], up to 32 characters", where=where)
-        if prefix in BUILTIN_PREFIXES or prefix in PLAN_PREFIXES:
-            raise ValidationError(f"{prefix!r} is a built-in provider; choose another prefix", where=where)
         item = _mapping(value, where)
+        if prefix in BUILTIN_PREFIXES:
+            out[prefix] = _regional_route(prefix, item, where)
+            continue
         for key in item:
             if key not in ("base-url", "api-key-env"):
                 raise ValidationError(f"unknown key {key!r}", where=where)
@@ -301,6 +291,24 @@ def _upstreams(raw: dict[str, Any]) -> dict[str, Upstream]:
             raise ValidationError("must be an environment variable name", where=f"{where}.api-key-env")
         out[prefix] = Upstream(base_url=base_url, api_key_env=key_env)
     return out
+
+
+def _regional_route(prefix: str, item: dict[str, Any], where: str) -> Upstream:
+    """A built-in provider takes only ``region``: one of its regional routes (see
+    :data:`~clawstack.models.policy.REGIONAL_ROUTES`), which is evidence for the data policy of where it
+    processes."""
+    routes = {region: url for url, region in REGIONAL_ROUTES.get(prefix, {}).items()}
+    if set(item) != {"region"}:
+        raise ValidationError(
+            f"{prefix!r} is a built-in provider: it takes only region"
+            + (f" ({', '.join(sorted(routes))})" if routes else " and has no regional route")
+            + "; declare a self-hosted upstream under another prefix",
+            where=where,
+        )
+    if item["region"] not in routes:
+        known = ", ".join(sorted(routes)) or "none"
+        raise ValidationError(f"{prefix} has no regional route {item['region']!r} (known: {known})", where=where)
+    return Upstream(base_url=routes[item["region"]], api_key_env=PROVIDER_KEY_ENV[prefix])
 
 
 def _tool_service(
@@ -333,6 +341,7 @@ def _template(
     default_env: dict[str, str],
     models_defaults: dict[str, Any],
     upstreams: Mapping[str, Upstream],
+    families: FamilyTable,
     tools_by_service: Mapping[str, ToolServiceDecl],
 ) -> Template:
     where = f"{POD_FILE}: services.{name}"
@@ -390,7 +399,7 @@ def _template(
     if home is not None:
         _check_mounts(home, content, f"{where}.x-claw.run")
 
-    models = _models(x_claw, models_defaults, upstreams, env, where)
+    models = parse_models(x_claw, models_defaults, upstreams, env, families, where)
     if home is not None and any(m.reasoning_effort or m.provider_preferences for m in models):
         key = "reasoning-effort" if any(m.reasoning_effort for m in models) else "provider-preferences"
         raise ValidationError(
@@ -545,96 +554,6 @@ def _content(pod_dir: Path, value: Any, where: str) -> tuple[Content, ...]:
         targets.add(target)
         out.append(Content(source=str(resolved.relative_to(pod_dir)), target=target.rstrip("/")))
     return tuple(out)
-
-
-def _models(
-    x_claw: dict[str, Any],
-    defaults: dict[str, Any],
-    upstreams: Mapping[str, Upstream],
-    env: Mapping[str, str],
-    where: str,
-) -> tuple[ModelSlot, ...]:
-    declared = _mapping(x_claw.get("models"), f"{where}.x-claw.models") or dict(defaults)
-    source = "x-claw.models" if x_claw.get("models") else "x-claw.models-defaults"
-    for slot in declared:
-        if not isinstance(slot, str) or not SLOT.fullmatch(slot):
-            raise ValidationError(
-                f"{slot!r} is not a slot: use primary, fallback, fallback-2, …", where=f"{where}.{source}"
-            )
-    if "primary" not in declared:
-        raise ValidationError("a per-run template needs a primary model", where=f"{where}.x-claw.models")
-    order = sorted(declared, key=slot_order)
-    for expected, slot in enumerate(order):
-        if slot_order(slot) != expected:
-            missing = "fallback" if expected == 1 else f"fallback-{expected}"
-            raise ValidationError(f"{slot} without {missing}: slots run without gaps", where=f"{where}.{source}")
-    efforts = _mapping(x_claw.get("reasoning-effort"), f"{where}.x-claw.reasoning-effort")
-    prefs = _mapping(x_claw.get("provider-preferences"), f"{where}.x-claw.provider-preferences")
-    for slot, effort in efforts.items():
-        if slot not in declared:
-            raise ValidationError(f"slot {slot!r} has no model", where=f"{where}.x-claw.reasoning-effort")
-        if effort not in REASONING_EFFORTS:
-            raise ValidationError(
-                f"{effort!r} is not one of {', '.join(REASONING_EFFORTS)}",
-                where=f"{where}.x-claw.reasoning-effort.{slot}",
-            )
-    for slot in prefs:
-        if slot not in declared:
-            raise ValidationError(f"slot {slot!r} has no model", where=f"{where}.x-claw.provider-preferences")
-    slots = []
-    for slot in order:
-        ref = declared[slot]
-        slot_where = f"{where}.{source}.{slot}"
-        if not isinstance(ref, str):
-            raise ValidationError("must be a provider/model reference", where=slot_where)
-        if "@" in ref:
-            raise ValidationError("model families are not supported; name an exact model", where=slot_where)
-        parts = split_model_ref(ref)
-        if parts is None:
-            raise ValidationError(f"{ref!r} is not provider/model", where=slot_where)
-        prefix = parts[0]
-        if prefix not in BUILTIN_PREFIXES and prefix not in PLAN_PREFIXES and prefix not in upstreams:
-            raise ValidationError(
-                f"unknown provider {prefix!r}: use openai, anthropic, xai, google, meta, openrouter, vercel, chatgpt "
-                "or an upstream declared in x-claw.upstreams",
-                where=slot_where,
-            )
-        key_env = PROVIDER_KEY_ENV.get(prefix) or (upstreams[prefix].api_key_env if prefix in upstreams else None)
-        if key_env is not None and not env.get(key_env, "").strip():
-            raise ValidationError(
-                f"{ref} needs {key_env} in x-claw.cllama-env (or cllama-defaults.env), with a value", where=slot_where
-            )
-        slot_prefs = (
-            _preferences(prefs[slot], prefix, f"{where}.x-claw.provider-preferences.{slot}") if slot in prefs else None
-        )
-        slots.append(ModelSlot(slot=slot, ref=ref, reasoning_effort=efforts.get(slot), provider_preferences=slot_prefs))
-    return tuple(slots)
-
-
-def _preferences(value: Any, prefix: str, where: str) -> dict[str, Any]:
-    if prefix != "openrouter":
-        raise ValidationError("provider preferences apply only to openrouter/* models", where=where)
-    prefs = _mapping(value, where)
-    if not prefs:
-        raise ValidationError("must name at least one preference", where=where)
-    for key, item in prefs.items():
-        if key not in PREFERENCE_KEYS:
-            raise ValidationError(f"{key!r} is not accepted; use {', '.join(PREFERENCE_KEYS)}", where=where)
-        if key == "only":
-            if (
-                not isinstance(item, list)
-                or not item
-                or not all(isinstance(slug, str) and OPENROUTER_SLUG.fullmatch(slug) for slug in item)
-            ):
-                raise ValidationError(
-                    "must be a non-empty list of provider[/variant][/region][/tier] slugs", where=f"{where}.only"
-                )
-        elif item != NARROWING[key] or isinstance(item, bool) != isinstance(NARROWING[key], bool):
-            wanted = str(NARROWING[key]).lower() if isinstance(NARROWING[key], bool) else NARROWING[key]
-            raise ValidationError(
-                f"can only narrow routing: the one accepted value is {wanted}", where=f"{where}.{key}"
-            )
-    return dict(prefs)
 
 
 def _check_shared_env(templates: tuple[Template, ...]) -> None:

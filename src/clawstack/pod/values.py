@@ -1,4 +1,4 @@
-"""Small value grammars of the pod file: durations, byte sizes, model references, slots, OpenRouter slugs."""
+"""Small value grammars of the pod file: durations and byte sizes (model references are :mod:`clawstack.models`)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,6 @@ from clawstack.pod.errors import ValidationError
 
 DURATION: Final = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 SIZE: Final = re.compile(r"(\d+)([kmg]?)b?", re.IGNORECASE)
-SLOT: Final = re.compile(r"primary|fallback(?:-([2-9]|[1-9][0-9]))?")
-OPENROUTER_SLUG: Final = re.compile(r"[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*){0,3}")
-REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high")
-BUILTIN_PREFIXES: Final = frozenset({"openai", "anthropic", "xai", "google", "meta", "openrouter", "vercel"})
-PLAN_PREFIXES: Final = frozenset({"chatgpt"})
-PROVIDER_KEY_ENV: Final = {
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "xai": "XAI_API_KEY",
-    "google": "GEMINI_API_KEY",
-    "meta": "LLAMA_API_KEY",
-    "openrouter": "OPENROUTER_API_KEY",
-    "vercel": "AI_GATEWAY_API_KEY",
-}
 
 
 def parse_duration_s(value: object, *, where: str) -> int:
@@ -57,33 +43,8 @@ def bounded(value: int, low: int, high: int, *, where: str, unit: str = "") -> i
     return value
 
 
-def slot_order(slot: str) -> int:
-    """``primary`` 0, ``fallback`` 1, ``fallback-N`` N."""
-    if slot == "primary":
-        return 0
-    if slot == "fallback":
-        return 1
-    return int(slot.split("-", 1)[1])
-
-
-def split_model_ref(ref: str) -> tuple[str, str] | None:
-    """``provider/model`` (``vercel`` and ``openrouter`` need ``provider/vendor/model``); ``None`` when malformed."""
-    prefix, sep, model = ref.partition("/")
-    if not sep or not prefix or not model or any(not part for part in model.split("/")):
-        return None
-    if prefix in ("vercel", "openrouter") and "/" not in model:
-        return None
-    return prefix, model
-
-
 __all__ = [
-    "BUILTIN_PREFIXES",
-    "PLAN_PREFIXES",
-    "PROVIDER_KEY_ENV",
-    "REASONING_EFFORTS",
     "bounded",
     "parse_duration_s",
     "parse_size",
-    "slot_order",
-    "split_model_ref",
 ]

@@ -2,7 +2,7 @@
 
 The worker's body is forwarded with the model replaced by the chain entry's upstream model, ``reasoning_effort``
 set for a slot that declares one and removed otherwise, and, for ``openrouter/`` slots, the ``provider`` object
-built from the slot's preferences plus the proxy's own zero-retention, no-data-collection policy.
+built from the slot's preferences plus the zero-retention and no-data-collection controls the data policy asks for.
 
 Managed tools: the identity's allowlisted tools are appended to the worker's tools (with
 ``parallel_tool_calls: false`` unless the worker chose). When the model calls managed tools, the proxy dispatches
@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from clawstack.llm.sse import SSEDecoder
+from clawstack.models.policy import DataPolicy
 from clawstack.proxy.config import Routing
 from clawstack.proxy.errors import RequestError, UpstreamError
 from clawstack.proxy.identities import ChainEntry, Identity
@@ -34,7 +35,6 @@ from clawstack.proxy.tools import ToolCatalog
 
 log = logging.getLogger(__name__)
 
-POLICY_PREFERENCES: Mapping[str, Any] = {"zdr": True, "data_collection": "deny"}
 _PREFERENCE_KEYS = frozenset({"only", "allow_fallbacks", "require_parameters", "zdr", "data_collection"})
 
 
@@ -48,13 +48,24 @@ class Recorder(Protocol):
     async def dispatch(self, identity: Identity, function_name: str, arguments: str) -> ToolOutcome: ...
 
 
-def provider_object(slot: Mapping[str, Any] | None, requested: Any) -> dict[str, Any]:
+def policy_preferences(policy: DataPolicy) -> dict[str, Any]:
+    """The OpenRouter controls the data policy sets on every request: zero data retention when the policy allows
+    no retention, ``data_collection: deny`` when it allows no training."""
+    out: dict[str, Any] = {}
+    if policy.enforces_zero_retention():
+        out["zdr"] = True
+    if policy.enforces_no_training():
+        out["data_collection"] = "deny"
+    return out
+
+
+def provider_object(slot: Mapping[str, Any] | None, requested: Any, policy: DataPolicy) -> dict[str, Any]:
     """The OpenRouter ``provider`` object: the slot's preferences, narrowed further by the worker, plus policy.
 
     Raises :class:`RequestError` (``data_policy_violation``) for a worker preference that would weaken the slot
     or the proxy's data policy, and for any key other than the five narrowing ones.
     """
-    merged: dict[str, Any] = {**(slot or {}), **POLICY_PREFERENCES}
+    merged: dict[str, Any] = {**(slot or {}), **policy_preferences(policy)}
     if requested is None:
         return merged
     if not isinstance(requested, dict):
@@ -100,8 +111,11 @@ def _add_usage(total: dict[str, int], usage: Any) -> None:
 class ChatFlow:
     """Runs worker requests through the chain and the managed-tool loop."""
 
-    def __init__(self, router: ChainRouter, catalog: ToolCatalog, routing: Routing, recorder: Recorder) -> None:
+    def __init__(
+        self, router: ChainRouter, catalog: ToolCatalog, routing: Routing, recorder: Recorder, policy: DataPolicy
+    ) -> None:
         self._router = router
+        self._policy = policy
         self._catalog = catalog
         self._routing = routing
         self._recorder = recorder
@@ -116,7 +130,9 @@ class ChatFlow:
             if entry.reasoning_effort is not None:
                 out["reasoning_effort"] = entry.reasoning_effort
             if route.prefix == "openrouter":
-                out["provider"] = provider_object(entry.provider_preferences, body.get("provider"))
+                provider = provider_object(entry.provider_preferences, body.get("provider"), self._policy)
+                if provider:
+                    out["provider"] = provider
             if managed_tools:
                 out["tools"] = [*(body.get("tools") or []), *managed_tools]
                 out.setdefault("parallel_tool_calls", False)
@@ -250,7 +266,7 @@ class ChatFlow:
         ok = False
         try:
             await write(committed.first)
-            async for chunk in committed.response.content.iter_any():
+            while chunk := await committed.next_chunk():
                 hasher.update(chunk)
                 tail = (tail + chunk)[-64:]
                 await write(chunk)
@@ -286,7 +302,7 @@ class ChatFlow:
                     out = self._filter_event(event.data, state, managed_index, usage)
                     if out is not None:
                         await write(_sse(out))
-                chunk = await committed.response.content.readany()
+                chunk = await committed.next_chunk()
         except (aiohttp.ClientError, OSError):
             state.done = False
         finally:
@@ -343,4 +359,4 @@ def sse_error(code: str, message: str) -> bytes:
     return _sse({"error": {"message": message, "type": "upstream_error", "code": code}}) + b"data: [DONE]\n\n"
 
 
-__all__ = ["POLICY_PREFERENCES", "ChatFlow", "Recorder", "provider_object", "sse_error"]
+__all__ = ["ChatFlow", "Recorder", "policy_preferences", "provider_object", "sse_error"]

@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from clawstack.common.strictjson import StrictJSONError
 from clawstack.common.strictjson import loads as strict_loads
+from clawstack.models.policy import DataPolicy, PolicyError, parse_policy
 from clawstack.proxy.errors import ConfigError
+from clawstack.proxy.plan.chatgpt import BACKEND_URL, ISSUER
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -98,6 +100,26 @@ class Routing(_Strict):
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
 
 
+class PlanRoute(_Strict):
+    """A plan route (``chatgpt/<model>``): the issuer it signs in with and the plan backend it calls.
+
+    ``ca_file`` is an extra CA bundle that only this route's TLS (sign-in, refresh, backend) trusts, instead of
+    the system's CAs; it exists for tests with a synthetic identity provider.
+    """
+
+    issuer: str = ISSUER
+    base_url: str = BACKEND_URL
+    ca_file: str | None = None
+    limit_rest_s: float = Field(default=900.0, ge=1, le=86400)
+
+    @field_validator("issuer", "base_url")
+    @classmethod
+    def _https_url(cls, value: str) -> str:
+        if not re.fullmatch(r"https://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError("must be an https URL without query or fragment")
+        return value.rstrip("/")
+
+
 class ProxyConfig(_Strict):
     """The whole configuration of ``claw proxy serve``."""
 
@@ -112,6 +134,24 @@ class ProxyConfig(_Strict):
     upstreams: dict[str, Upstream] = Field(default_factory=dict)
     tools: dict[str, ToolServiceConfig] = Field(default_factory=dict)
     routing: Routing = Field(default_factory=Routing)
+    auth_dir: str | None = None  # the plan sign-in store, <pod>/.claw-auth/subscriptions
+    plan_routes: dict[Literal["chatgpt"], PlanRoute] = Field(default_factory=dict)
+    data_policy: dict[str, Any] | Literal["permissive"] | None = None  # None: the default (US/EU, no training,
+    # no retention); see clawstack.models.policy
+
+    @field_validator("data_policy")
+    @classmethod
+    def _policy(cls, value: dict[str, Any] | str | None) -> dict[str, Any] | str | None:
+        try:
+            parse_policy(value)
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def policy(self) -> DataPolicy:
+        """The data policy this proxy enforces."""
+        return parse_policy(self.data_policy)
 
     @field_validator("env")
     @classmethod
@@ -174,6 +214,12 @@ def parse_config(data: Mapping[str, Any], *, base_dir: Path, environ: Mapping[st
             service = service.model_copy(update={"descriptor_file": absolute(service.descriptor_file)})
         tools[name] = service
     updates["tools"] = tools
+    if config.auth_dir is not None:
+        updates["auth_dir"] = absolute(config.auth_dir)
+    updates["plan_routes"] = {
+        name: route if route.ca_file is None else route.model_copy(update={"ca_file": absolute(route.ca_file)})
+        for name, route in config.plan_routes.items()
+    }
     return config.model_copy(update=updates)
 
 
@@ -206,6 +252,7 @@ def load_config(path: str | os.PathLike[str], *, environ: Mapping[str, str] | No
 __all__ = [
     "Journal",
     "Listener",
+    "PlanRoute",
     "ProxyConfig",
     "Routing",
     "ToolServiceConfig",

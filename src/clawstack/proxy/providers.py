@@ -18,20 +18,12 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from clawstack.common.clock import Clock
-from clawstack.pod.values import PLAN_PREFIXES, PROVIDER_KEY_ENV, split_model_ref
+from clawstack.models.policy import PLAN_POLICY_ENDPOINT
+from clawstack.models.refs import PLAN_PREFIXES, PROVIDER_BASE_URLS, PROVIDER_KEY_ENV, split_model_ref
 from clawstack.proxy.config import ProxyConfig, Upstream
 
-_BASE_URLS: Final = {
-    "openai": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com/v1",
-    "xai": "https://api.x.ai/v1",
-    "google": "https://generativelanguage.googleapis.com/v1beta/openai",
-    "meta": "https://api.llama.com/compat/v1",
-    "openrouter": "https://openrouter.ai/api/v1",
-    "vercel": "https://ai-gateway.vercel.sh/v1",
-}
 BUILTIN_UPSTREAMS: Final[Mapping[str, Upstream]] = {
-    prefix: Upstream(base_url=url, api_key_env=PROVIDER_KEY_ENV[prefix]) for prefix, url in _BASE_URLS.items()
+    prefix: Upstream(base_url=url, api_key_env=PROVIDER_KEY_ENV[prefix]) for prefix, url in PROVIDER_BASE_URLS.items()
 }
 
 
@@ -47,6 +39,11 @@ class Route:
     credential_class: Literal["api_key", "subscription"]
     plan: bool = False
     keyless: bool = False  # a self-hosted upstream configured without a key variable
+
+    @property
+    def policy_endpoint(self) -> str:
+        """The endpoint the data policy attests for this route (the plan route's is fixed by the spec)."""
+        return PLAN_POLICY_ENDPOINT if self.plan else self.base_url
 
 
 class Upstreams:

@@ -32,6 +32,8 @@ from clawstack.proxy.config import Routing
 from clawstack.proxy.errors import UpstreamError
 from clawstack.proxy.identities import ChainEntry
 from clawstack.proxy.providers import KeyHealth, Route, Upstreams
+from clawstack.proxy.responses_api import ResponsesStreamTranslator
+from clawstack.proxy.shapes import Shapes, chat_body, translator
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,8 @@ class Attempt:
 
 @dataclass(slots=True)
 class Committed:
-    """The upstream answer the router committed to: a 2xx whose first bytes (or whole body) arrived."""
+    """The upstream answer the router committed to: a 2xx whose first bytes (or whole body) arrived, always in
+    Chat Completions form (a Responses answer is translated as it is read)."""
 
     entry: ChainEntry
     route: Route
@@ -68,6 +71,20 @@ class Committed:
     started: float
     first_byte_ms: float
     request_sha256: str
+    translator: ResponsesStreamTranslator | None = None
+
+    async def next_chunk(self) -> bytes:
+        """The next streamed bytes in Chat Completions form; ``b""`` at the end."""
+        while True:
+            raw = await self.response.content.readany()
+            if self.translator is None or not raw:
+                return raw
+            try:
+                out = self.translator.feed(raw)
+            except ValueError as exc:
+                raise aiohttp.ClientPayloadError("the upstream's event stream is malformed") from exc
+            if out:
+                return out
 
 
 def _retry_after_s(value: str | None, now: datetime) -> float | None:
@@ -110,7 +127,9 @@ class ChainRouter:
         session: aiohttp.ClientSession,
         clock: Clock,
         routing: Routing,
+        shapes: Shapes | None = None,
     ) -> None:
+        self.shapes = shapes or Shapes()
         self._upstreams = upstreams
         self._health = health
         self._session = session
@@ -141,12 +160,9 @@ class ChainRouter:
             elif (blocked := self._health.blocked(route.key_id)) is not None:
                 failure = _Failure(blocked, None)
             else:
-                payload = json.dumps(build(entry, route), ensure_ascii=False, allow_nan=False).encode()
-                digest = "sha256:" + hashlib.sha256(payload).hexdigest()
-                outcome = await self._try(route, payload, stream=stream)
-                if isinstance(outcome, tuple):
-                    response, first, first_byte_ms = outcome
-                    return Committed(entry, route, response, first, started, first_byte_ms, digest)
+                outcome, digest = await self._serve(entry, route, build(entry, route), stream, on_attempt, started)
+                if isinstance(outcome, Committed):
+                    return outcome
                 failure = outcome
             on_attempt(
                 Attempt(
@@ -167,8 +183,58 @@ class ChainRouter:
             last = failure.failure
         raise _exhausted(last)
 
+    async def _serve(
+        self,
+        entry: ChainEntry,
+        route: Route,
+        body: Mapping[str, Any],
+        stream: bool,
+        on_attempt: Callable[[Attempt], None],
+        started: float,
+    ) -> tuple[Committed | _Failure, str | None]:
+        """Send ``body`` in the shape learned for the route; a rejection that teaches a shape is retried in the
+        new shape, each kind once (the rejected try is an attempt of its own)."""
+        while True:
+            try:
+                path, shaped = self.shapes.shape(route, body)
+            except ValueError as exc:  # the worker's body has no equivalent in the Responses API
+                refusal = UpstreamError(str(exc), code="invalid_request", status=400, retryable=False)
+                return _Failure("bad_request", None, refusal), None
+            payload = json.dumps(shaped, ensure_ascii=False, allow_nan=False).encode()
+            digest = "sha256:" + hashlib.sha256(payload).hexdigest()
+            translate = translator(route, self.shapes)
+            started_at, tried = self._clock.now(), self._clock.monotonic()
+            outcome = await self._try(route, path, payload, stream=stream, translate=translate)
+            if isinstance(outcome, tuple):
+                response, first, first_byte_ms = outcome
+                return Committed(entry, route, response, first, started, first_byte_ms, digest, translate), digest
+            if (
+                outcome.rejection is None
+                or self.shapes.learn(route, outcome.status or 0, outcome.rejection, shaped) is None
+            ):
+                return outcome, digest
+            log.info(
+                "upstream %s/%s refused the request's shape; retrying in the shape it accepts",
+                route.prefix,
+                route.model,
+            )
+            on_attempt(
+                Attempt(
+                    slot=entry.slot,
+                    ref=entry.ref,
+                    upstream=route.prefix,
+                    credential_class=route.credential_class,
+                    status=outcome.status,
+                    failure="shape_rejected",
+                    started_at=started_at,
+                    duration_ms=(self._clock.monotonic() - tried) * 1000,
+                    first_byte_ms=None,
+                    request_sha256=digest,
+                )
+            )
+
     async def _try(
-        self, route: Route, payload: bytes, *, stream: bool
+        self, route: Route, path: str, payload: bytes, *, stream: bool, translate: ResponsesStreamTranslator | None
     ) -> tuple[aiohttp.ClientResponse, bytes, float] | _Failure:
         headers = {
             "Content-Type": "application/json",
@@ -182,10 +248,16 @@ class ChainRouter:
         try:
             async with asyncio.timeout(self._routing.first_byte_timeout_s):
                 response = await self._session.post(
-                    route.base_url + "/chat/completions", data=payload, headers=headers, allow_redirects=False
+                    route.base_url + path, data=payload, headers=headers, allow_redirects=False
                 )
                 if 200 <= response.status < 300 and stream:
                     first = await response.content.readany()
+                    while first and translate is not None:
+                        out = translate.feed(first)
+                        if out or translate.failure is not None:
+                            first = out
+                            break
+                        first = await response.content.readany()
                     if not first:
                         raise aiohttp.ClientPayloadError("empty stream")
             first_byte_ms = (self._clock.monotonic() - started) * 1000
@@ -196,7 +268,12 @@ class ChainRouter:
                 if len(first) > MAX_UPSTREAM_BODY_BYTES:
                     response.close()
                     return _Failure("response_too_large", response.status)
+                first = chat_body(route, self.shapes, first)
             return response, first, first_byte_ms
+        except ValueError:  # a Responses answer that is not a completed reply
+            if response is not None:
+                response.close()
+            return _Failure("upstream_bad_response", response.status if response is not None else None)
         except TimeoutError:
             if response is not None:
                 response.close()
@@ -226,6 +303,7 @@ class ChainRouter:
                     status=400,
                     retryable=False,
                 ),
+                rejection=body,
             )
         if status in (401, 402, 403) or (status == 429 and code == "insufficient_quota"):
             log.warning("upstream key %s refused with HTTP %d; resting it as dead", route.key_id, status)
@@ -244,6 +322,7 @@ class _Failure:
     failure: str
     status: int | None
     fatal: UpstreamError | None = None
+    rejection: bytes | None = None  # a request fault's body, which may teach a shape
 
 
 def _exhausted(last: str) -> UpstreamError:

@@ -28,7 +28,8 @@ from clawstack import __version__
 from clawstack.common.clock import Clock, SystemClock, format_timestamp
 from clawstack.common.files import ensure_private_dir, fsync_dir
 from clawstack.common.ids import new_id
-from clawstack.pod.values import PLAN_PREFIXES, split_model_ref
+from clawstack.models.efforts import effort_refusal
+from clawstack.models.refs import PLAN_PREFIXES, split_model_ref
 from clawstack.proxy.chat import ChatFlow, provider_object
 from clawstack.proxy.config import ProxyConfig
 from clawstack.proxy.errors import (
@@ -213,6 +214,7 @@ class ProxyService:
         self._environ = environ
         self.boot_id = new_id("boot_")
         self.upstreams = Upstreams(config, environ=environ)
+        self.policy = config.policy
         assert config.revocation_dir is not None  # parse_config guarantees it
         self.ledger = RevocationLedger(
             Path(config.revocation_dir), max_bytes=config.revocation_max_bytes, clock=self.clock
@@ -282,7 +284,7 @@ class ProxyService:
             timeout=aiohttp.ClientTimeout(total=None), connector=aiohttp.TCPConnector(limit=0), trust_env=False
         )
         router = ChainRouter(self.upstreams, self.health_state, self._session, self.clock, self.config.routing)
-        self._flow = ChatFlow(router, self.catalog, self.config.routing, self)
+        self._flow = ChatFlow(router, self.catalog, self.config.routing, self, self.policy)
 
     async def close(self) -> None:
         """Persist usage and release everything. Idempotent."""
@@ -350,11 +352,35 @@ class ProxyService:
             if isinstance(name, str) and self.catalog.is_managed_name(name):
                 raise RequestError("a worker tool may not take a managed tool's name", code="tool_name_reserved")
         entries = list(identity.chain[start:])
+        for entry in entries:
+            self.check_policy(entry.ref, where=entry.slot)
+            refusal = effort_refusal(entry.ref, entry.reasoning_effort)
+            if refusal is not None:
+                raise RequestError(f"{entry.slot}: {refusal}", code="reasoning_effort_unsupported")
+        if body.get("store") is True and self.policy.enforces_zero_retention():
+            raise RequestError(
+                "store: true asks the provider to retain the conversation, which the data policy forbids",
+                code="data_policy_violation",
+            )
         if "provider" in body:
             for entry in entries:
                 if entry.ref.startswith("openrouter/"):
-                    provider_object(entry.provider_preferences, body["provider"])
+                    provider_object(entry.provider_preferences, body["provider"], self.policy)
         return WorkerRequest(body, entries, stream, self.catalog.openai_tools(identity.tools))
+
+    def check_policy(self, ref: str, *, where: str) -> None:
+        """Refuse (``data_policy_violation``) a chain entry whose provider at its endpoint lacks evidence for
+        what the data policy requires; see :mod:`clawstack.models.policy`."""
+        route = self.upstreams.resolve(ref)
+        if route is None:
+            return  # an unknown route cannot serve; the router says so
+        lacking = self.policy.missing(route.prefix, route.policy_endpoint)
+        if lacking:
+            raise RequestError(
+                f"{where} {ref}: provider {route.prefix} at {route.policy_endpoint} lacks {', '.join(lacking)} "
+                "under this proxy's data policy",
+                code="data_policy_violation",
+            )
 
     def models(self, identity: Identity) -> dict[str, Any]:
         created = int(identity.created_at.timestamp())

@@ -1,6 +1,6 @@
 """Managed tools in the proxy: the services it dispatches to and the catalog it offers models from.
 
-Descriptors (their format, names and parsing) are :mod:`clawstack.pod.descriptors`, shared with the pod compiler;
+Descriptors (their format, names and parsing) are :mod:`clawstack.models.descriptors`, shared with the pod compiler;
 :func:`parse_descriptor` here raises the proxy's :class:`~clawstack.proxy.errors.ToolError` instead. Dispatching a
 call is :mod:`clawstack.proxy.tool_dispatch`.
 """
@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from yarl import URL
 
-from clawstack.pod import descriptors
-from clawstack.pod.descriptors import (
+from clawstack.models import descriptors
+from clawstack.models.descriptors import (
     DESCRIPTOR_INVALID,
     ENV_NAME,
     FUNCTION_SEPARATOR,
@@ -35,7 +35,7 @@ _BEARER_RE: Final = re.compile(r"[\x21-\x7e]+")  # visible ASCII: nothing that c
 
 
 def parse_descriptor(service: str, data: bytes | Mapping[str, Any]) -> ServiceDescriptor:
-    """:func:`clawstack.pod.descriptors.parse_descriptor`, raising :class:`ToolError`."""
+    """:func:`clawstack.models.descriptors.parse_descriptor`, raising :class:`ToolError`."""
     try:
         return descriptors.parse_descriptor(service, data)
     except descriptors.DescriptorError as exc:

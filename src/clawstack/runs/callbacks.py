@@ -243,7 +243,7 @@ def end_body(
 ) -> dict[str, Any]:
     """The body of the ``end`` callback in the spec's shape: the stateless fields always, the task-home fields
     only when given (``result_outcome`` and ``session`` for a task-home run with a result; the proxy's
-    ``served_by`` fields are not reported by this proxy yet, issue 17).
+    ``served_by`` report for a task-home run).
 
     ``summary`` is cut to at most :data:`SUMMARY_LIMIT_BYTES` bytes of UTF-8 at a character boundary (a lone
     surrogate, which UTF-8 cannot carry, becomes U+FFFD first); ``summary_truncated`` is true if the stored result

@@ -146,6 +146,9 @@ class CallbackDelivery:
             # A task-home run with a result says what it is and which session holds it.
             result_outcome=record.result_outcome if record.result_bytes is not None else None,
             session=record.result_session if record.result_bytes is not None else None,
+            served_by=record.served_by,
+            served_by_complete=record.served_by_complete if record.served_by is not None else None,
+            last_plan_failure=record.last_plan_failure if record.served_by is not None else None,
         )
 
 

@@ -73,6 +73,9 @@ class RunRecord:
     result_session: str | None = None  # the harness session that holds a task-home run's turn
     exit_observed: dict[str, int] | None = None  # what the worker's wrapper reported beyond its exit code
     subnet: str | None = None  # a compose task-home run's network block, held while the run is not terminal
+    served_by: dict[str, int] | None = None  # a task-home run's model calls by credential class, as the proxy said
+    served_by_complete: bool | None = None  # one proxy process counted the whole run, and its report was well formed
+    last_plan_failure: str | None = None  # the most recent plan-route reason the proxy recorded for the run
 
     @property
     def key(self) -> tuple[str, str]:

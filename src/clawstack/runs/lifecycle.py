@@ -307,6 +307,14 @@ class RunDriver:
         if record.run_agent_id is None:
             self.sup.save(record, run_agent_id=ident)  # the id is fenced even though no identity was created
         await self.sup.proxy.revoke(ident)
+        usage = await self.sup.proxy.usage(ident) if record.home is not None else None
+        if usage is not None:  # a task-home run reports which credential classes served it
+            self.sup.save(
+                record,
+                served_by=usage.served_by,
+                served_by_complete=usage.complete,
+                last_plan_failure=usage.last_plan_failure,
+            )
         self.sup.save(record, state="revoked", revoked=True, revocation_proof="cllama_ack", pending=None)
         self.sup.files.forget_identity_secret(record)
         return True

@@ -8,6 +8,7 @@ can tell a proxy that is away (retry) from one that refuses for good (end the ru
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -25,6 +26,48 @@ def identity_expiry(authority_expires_at: datetime, now: datetime, grace: timede
     """The proxy-side expiry of a run's identity: its authority plus ``grace``, never past the proxy's lifetime
     bound (an authority is at most the template's max-authority, at most 7 days, away, so it stays covered)."""
     return min(authority_expires_at + grace, now + MAX_IDENTITY_LIFETIME).replace(microsecond=0)
+
+
+CREDENTIAL_CLASSES: Final = frozenset({"subscription", "api_key"})
+PLAN_FAILURES: Final = frozenset(
+    {
+        "subscription_signin_required",
+        "subscription_limit_reached",
+        "subscription_unavailable",
+        "subscription_not_eligible",
+        "subscription_unsupported_request",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Which credential classes served a run's completed model calls, as the proxy reported it."""
+
+    served_by: dict[str, int]
+    complete: bool
+    last_plan_failure: str | None
+
+
+def read_usage(description: Mapping[str, Any]) -> Usage | None:
+    """The usage in an identity description; ``None`` when the proxy reported none. A malformed report keeps its
+    well-formed counts and is marked incomplete; so is a count from a proxy that restarted during the run."""
+    if "served_by" not in description:
+        return None
+    raw, complete = description.get("served_by"), description.get("served_by_complete") is True
+    counts: dict[str, int] = {}
+    if isinstance(raw, Mapping):
+        for cls, count in raw.items():
+            if cls in CREDENTIAL_CLASSES and isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                counts[cls] = count
+            else:
+                complete = False
+    else:
+        complete = False
+    failure = description.get("last_plan_failure")
+    if failure is not None and failure not in PLAN_FAILURES:
+        failure, complete = None, False
+    return Usage(counts, complete, failure)
 
 
 class ProxyLink:
@@ -75,10 +118,21 @@ class ProxyLink:
         if result.get("revoked") is not True or result.get("tools") != []:
             raise ProxyError("the proxy did not acknowledge the revocation", code="revocation_unacknowledged")
 
+    async def usage(self, identity_id: str) -> Usage | None:
+        """What the proxy counted for the identity; ``None`` when it reports nothing or never saw the id."""
+        async with self._client() as client:
+            try:
+                description = await client.get_identity(identity_id)
+            except ProxyError as exc:
+                if exc.code == "identity_unknown":
+                    return None
+                raise
+        return read_usage(description)
+
     async def capture_epoch(self) -> int | None:
         async with self._client() as client:
             epoch = (await client.health()).get("capture_epoch")
         return epoch if isinstance(epoch, int) else None
 
 
-__all__ = ["IDENTITY_GRACE", "ProxyLink", "identity_expiry"]
+__all__ = ["IDENTITY_GRACE", "ProxyLink", "Usage", "identity_expiry", "read_usage"]

@@ -43,6 +43,11 @@ def run_status(record: RunRecord) -> dict[str, Any]:
         "pending": record.pending,
         "isolation": _isolation(record.isolation),
     }
+    if record.served_by is not None:  # a task-home run whose proxy reported which credentials served it
+        body["served_by"] = dict(record.served_by)
+        body["served_by_complete"] = bool(record.served_by_complete)
+        if record.last_plan_failure is not None:
+            body["last_plan_failure"] = record.last_plan_failure
     if record.capture_epoch is not None:
         body["capture_epoch"] = record.capture_epoch
         body["capture_epoch_observed_at"] = record.capture_epoch_observed_at

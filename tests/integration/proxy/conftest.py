@@ -14,6 +14,7 @@ from clawstack.common.clock import SystemClock
 from clawstack.common.ids import new_id, new_secret
 from clawstack.llm import LLMClient
 from clawstack.llm.fake import FakeModelServer
+from clawstack.models.policy import PLAN_POLICY_ENDPOINT
 from clawstack.proxy.client import ProxyOperatorClient
 from clawstack.proxy.config import ProxyConfig, parse_config
 from clawstack.proxy.identities import ChainEntry
@@ -28,6 +29,14 @@ KEYS = {
     "TICKET_TOKEN": "tool-bearer-" + "b" * 24,
 }
 ENVIRON = {"CLAW_PROXY_OPERATOR_TOKEN": OPERATOR_TOKEN}
+
+
+def attested(provider: str, endpoint: str) -> dict[str, Any]:
+    return {
+        "provider": provider,
+        "endpoint": endpoint,
+        "guarantees": ["processing:us", "training:none", "retention:none"],
+    }
 
 
 def proxy_config(base: Path, upstreams: dict[str, str], **extra: Any) -> ProxyConfig:
@@ -45,6 +54,13 @@ def proxy_config(base: Path, upstreams: dict[str, str], **extra: Any) -> ProxyCo
             for prefix, url in upstreams.items()
         },
         "routing": {"first_byte_timeout_s": 2.0, "request_timeout_s": 20.0, "retry_after_cap_s": 30.0},
+        # The default policy (US/EU, no training, no retention), with every fake upstream attested.
+        "data_policy": {
+            "attestations": [
+                *(attested(prefix, url) for prefix, url in upstreams.items()),
+                attested("chatgpt", PLAN_POLICY_ENDPOINT),
+            ]
+        },
     }
     data.update(extra)
     return parse_config(data, base_dir=base, environ={})

@@ -70,6 +70,7 @@ def config_file(tmp_path: Path, short_dir: Path) -> Iterator[tuple[Path, Path, i
                 "revocation_dir": "revocations",
                 "env": {"OPENAI_API_KEY": KEYS["OPENAI_API_KEY"]},
                 "upstreams": {"openai": {"base_url": fake_url, "api_key_env": "OPENAI_API_KEY"}},
+                "data_policy": "permissive",
             }
         )
     )

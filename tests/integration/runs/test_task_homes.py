@@ -44,6 +44,10 @@ async def test_a_later_run_resumes_the_first_runs_session(stack: RunsStack) -> N
     one = await finished(stack, "r1")
     assert one["state"] == "stopped", one
     assert one["result"]["outcome"] == "answer"
+    # Which credential class served the run's completed model calls, as one proxy process counted them.
+    assert one["served_by"] == {"api_key": len(chats(stack))}, one
+    assert one["served_by_complete"] is True
+    assert "last_plan_failure" not in one  # no plan route was tried
     session = one["result"]["session"]
     assert (await stack.call("GET", "/v1/runs/acme/r1/result")).body == b"first answer"
     await stack.call("POST", "/v1/runs", home_launch(stack, "r2", "@fake reply: second answer"))
@@ -262,7 +266,10 @@ async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback
             "summary_truncated": False,
             "result_outcome": "question",
             "session": asked["result"]["session"],
+            "served_by": asked["served_by"],
+            "served_by_complete": True,
         }
+        assert asked["served_by"]["api_key"] >= 2  # the tool round and the answer
         # A Hermes that fails: its exit code reaches only the ledger, the reason the status and the callback.
         site = tmp_path / "site"
         (site / "hermes_cli").mkdir(parents=True)
@@ -289,6 +296,36 @@ async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback
         assert "hermes" not in json.dumps(failed)
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("stack", BACKENDS[1:], indirect=True)
+async def test_served_by_is_incomplete_when_the_proxy_restarted_during_the_run(stack: RunsStack) -> None:
+    # Under compose a worker reaches the proxy over the runs network, so a restarted proxy serves it again.
+    from tests.docker_images import docker_client
+
+    before = len(chats(stack))
+    task = terminal("sleep 8") + "\n@fake reply: across a restart"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "p1", task, home="restart"))
+    await eventually(lambda: len(chats(stack)) > before, timeout_s=90, what="the first model call")
+    client = docker_client()
+    try:
+        wanted = [f"claw.pod={stack.supervisor.pod_name}", "claw.role=proxy"]
+        (container,) = client.containers.list(filters={"label": wanted})
+        await asyncio.to_thread(container.restart, timeout=10)  # between the run's two model calls
+    finally:
+        client.close()
+    done = await finished(stack, "p1")
+    assert done["state"] == "stopped", {k: done[k] for k in ("state", "failure", "exit_code")}
+    assert done["served_by_complete"] is False  # another proxy process counted part of the run
+    assert done["served_by"]["api_key"] >= 1
+    assert (await stack.call("GET", "/v1/runs/acme/p1/result")).body == b"across a restart"
+
+
+async def test_a_stateless_run_reports_no_served_by(stack: RunsStack) -> None:
+    await stack.call("POST", "/v1/runs", stack.launch_body("s1"))
+    stateless = (await stack.call("GET", "/v1/runs/acme/s1?wait=stopped&timeout=60s")).json()
+    assert stateless["state"] == "stopped", stateless
+    assert not {"served_by", "served_by_complete", "last_plan_failure"} & set(stateless)
 
 
 @both

@@ -112,10 +112,11 @@ def test_pinned_identity_of_the_base_pod(tmp_path: Path) -> None:
         "home": None,
         "content": [],
         "content_targets": [],
-        "data_policy": {
+        "data_policy": {  # the base pod's policy is permissive
+            "mode": "permissive",
             "regions": [],
-            "training": "provider_default",
-            "retention": "provider_default",
+            "training": "allowed",
+            "retention": "allowed",
             "local_retention": "metadata",  # the proxy's audit.jsonl keeps call metadata in every pod
             "attested_providers": [],
         },
@@ -135,6 +136,7 @@ def test_pinned_identity_of_the_base_pod(tmp_path: Path) -> None:
         "upstreams": {"local": {"base_url": "http://127.0.0.1:9/v1", "api_key_env": None}},
         "credentials": ["TICKET_API_TOKEN"],
         "journal": False,
+        "data_policy": "permissive",
     }
     assert document["runner"]["image"] == "clawstack/oneshot"
     assert document["runner"]["type"] == "oneshot"

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clawstack.common.clock import ManualClock
-from clawstack.pod.values import split_model_ref as split_ref
+from clawstack.models.policy import DEFAULT_POLICY, PERMISSIVE, parse_policy
+from clawstack.models.refs import split_model_ref as split_ref
 from clawstack.proxy.chat import provider_object
 from clawstack.proxy.config import load_config, parse_config
 from clawstack.proxy.errors import AuthError, ConfigError, RequestError
@@ -150,11 +151,14 @@ def test_retry_after_parsing() -> None:
     assert _retry_after_s(None, now) is None
 
 
-def test_provider_object_narrows_and_always_sets_policy() -> None:
+def test_provider_object_narrows_and_sets_what_the_policy_asks_for() -> None:
     slot = {"only": ["a/x", "b/y"], "allow_fallbacks": False}
-    assert provider_object(slot, None) == {**slot, "zdr": True, "data_collection": "deny"}
-    assert provider_object(slot, {"only": ["a/x"], "require_parameters": True})["only"] == ["a/x"]
-    assert provider_object(None, {"only": ["any/thing"]})["only"] == ["any/thing"]
+    assert provider_object(slot, None, DEFAULT_POLICY) == {**slot, "zdr": True, "data_collection": "deny"}
+    assert provider_object(slot, None, PERMISSIVE) == slot
+    training_allowed = parse_policy({"training": "allowed"})
+    assert provider_object(slot, None, training_allowed) == {**slot, "zdr": True}
+    assert provider_object(slot, {"only": ["a/x"], "require_parameters": True}, DEFAULT_POLICY)["only"] == ["a/x"]
+    assert provider_object(None, {"only": ["any/thing"]}, DEFAULT_POLICY)["only"] == ["any/thing"]
     for weakening in (
         {"zdr": False},
         {"data_collection": "allow"},
@@ -168,7 +172,7 @@ def test_provider_object_narrows_and_always_sets_policy() -> None:
         ["zdr"],
     ):
         with pytest.raises(RequestError) as info:
-            provider_object(slot, weakening)
+            provider_object(slot, weakening, DEFAULT_POLICY)
         assert info.value.code == "data_policy_violation"
 
 

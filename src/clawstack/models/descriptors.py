@@ -21,7 +21,8 @@ cannot contain ``_``, so the first ``__`` always splits a function name back int
 ``<service>__…`` name of a known service belongs to the managed namespace whether or not it is allowed.
 
 Errors: a malformed descriptor raises :class:`DescriptorError` with code ``tool_descriptor_invalid`` and a
-message naming the service and the field, never a value. The proxy's catalog is :mod:`clawstack.proxy.tools`.
+message naming the service and the field, never a value. The pod compiler (:mod:`clawstack.pod.compile`) checks them; the proxy's catalog is
+:mod:`clawstack.proxy.tools`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from clawstack.common import strictjson
+from clawstack.common.errors import ClawError
 from clawstack.common.strictjson import StrictJSONError
-from clawstack.pod.errors import PodError
 
 TOOL_NAME: Final = r"[a-z0-9][a-z0-9_-]{0,47}"
 SERVICE_NAME: Final = r"[a-z0-9][a-z0-9-]{0,47}"
@@ -131,7 +132,7 @@ class ServiceDescriptor:
     tools: tuple[ToolSpec, ...]
 
 
-class DescriptorError(PodError):
+class DescriptorError(ClawError):
     """A tool descriptor that cannot be used."""
 
     code = "tool_descriptor_invalid"

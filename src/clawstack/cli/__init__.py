@@ -12,6 +12,7 @@ import click
 
 #: Top-level command name -> ``module:attribute`` of its click command.
 _COMMANDS = {
+    "compose": "clawstack.cli.pod:compose_command",
     "connect": "clawstack.cli.connect:connect",
     "demo": "clawstack.cli.demo:demo",
     "down": "clawstack.cli.pod:down_command",

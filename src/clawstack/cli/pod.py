@@ -113,3 +113,26 @@ def down_command(pod_dir: Path) -> None:
     except PodError as exc:
         raise click.ClickException(exc.message) from exc
     click.echo("stopped" if stopped else "nothing was running")
+
+
+@click.command(name="compose", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@POD_OPTION
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def compose_command(pod_dir: Path, args: tuple[str, ...]) -> None:
+    """Run ``docker compose ARGS`` on the pod's own project (a compose pod brought up with claw up), for example
+    ``claw compose run --rm -p 127.0.0.1:1455:1455 cllama auth login chatgpt --listen 0.0.0.0:1455``."""
+    import os
+    import subprocess
+
+    from clawstack.pod.artifacts import OPERATOR_TOKEN_ENV, read_pod_manifest
+
+    paths = PodPaths(pod_dir.resolve())
+    if not paths.compose_file.exists():
+        raise click.ClickException("this pod has no compose project: claw compose needs a compose pod after claw up")
+    try:
+        pod = read_pod_manifest(paths)["pod"]
+    except PodError as exc:
+        raise click.ClickException(exc.message) from exc
+    env = {k: v for k, v in os.environ.items() if k != OPERATOR_TOKEN_ENV}
+    argv = ["docker", "compose", "-p", pod, "-f", str(paths.compose_file), "--env-file", os.devnull, *args]
+    raise SystemExit(subprocess.call(argv, env=env))  # noqa: S603 (docker from PATH, the operator's own arguments)

@@ -305,9 +305,43 @@ def doctor(pod_dir: Path, remove_orphans: bool) -> None:
     finally:
         backend.close()
     problems += _doctor_families(paths)
-    click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes; GET /v1/subscriptions answers 501)")
+    _doctor_signins(paths)
     if problems:
         raise click.ClickException(f"{problems} problem(s) found")
+
+
+SIGNIN_COMMANDS = {
+    "local": "claw proxy auth login chatgpt --pod {pod}",
+    "compose": "claw compose --pod {pod} run --rm -p 127.0.0.1:1455:1455 cllama auth login chatgpt --listen 0.0.0.0:1455",
+}
+
+
+def _doctor_signins(paths: PodPaths) -> None:
+    """Show each plan sign-in's state, with the command that signs in on this pod's backend when one is needed."""
+    from clawstack.pod.artifacts import read_pod_manifest
+    from clawstack.proxy.errors import ProxyError
+    from clawstack.runs.proxylink import ProxyLink
+
+    try:
+        states = asyncio.run(ProxyLink(paths).subscriptions())["subscriptions"]
+    except ProxyError as exc:
+        if exc.code == "subscriptions_unsupported":
+            click.echo("plan sign-in: unsupported (this pod's proxy has no plan routes)")
+        else:
+            click.echo(f"plan sign-in: unknown: the proxy did not answer ({exc.code}); start it with claw up -d")
+        return
+    try:
+        backend = read_pod_manifest(paths).get("backend", "local")
+    except ClawError:
+        backend = "local"
+    for state in states:
+        account = f" ({state['account']})" if state.get("account") else ""
+        resting = f", resting until {state['limited_until']}" if state.get("limited_until") else ""
+        line = f"plan sign-in: {state.get('provider')}: {state.get('state')}{account}{resting}"
+        if state.get("state") != "signed_in":
+            command = SIGNIN_COMMANDS.get(backend, SIGNIN_COMMANDS["local"]).format(pod=paths.pod)
+            line += f"; sign in with: {command}"
+        click.echo(line)
 
 
 def _doctor_families(paths: PodPaths) -> int:

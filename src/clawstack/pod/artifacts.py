@@ -46,6 +46,7 @@ CONTAINER_STATE_DIR: Final = "/claw/state"  # .claw-runtime/proxy/state
 CONTAINER_JOURNAL_DIR: Final = "/claw/journal"  # .claw-runtime/proxy/journal, when the journal is on
 CONTAINER_REVOCATION_DIR: Final = "/claw/revocations"  # .claw-revocations
 CONTAINER_SOCKET_DIR: Final = "/claw/sock"  # PodPaths.sockets
+CONTAINER_AUTH_DIR: Final = "/claw/auth"  # PodPaths.auth: the plan sign-in store, the proxy's alone
 PROXY_WORKER_PORT: Final = 8080
 
 
@@ -103,6 +104,11 @@ class PodPaths:
     @property
     def revocations(self) -> Path:
         return self.pod / ".claw-revocations"
+
+    @property
+    def auth(self) -> Path:
+        """The plan sign-in store (``.claw-auth/subscriptions``, owner-only): mounted by the proxy, never a worker."""
+        return self.pod / ".claw-auth" / "subscriptions"
 
     @property
     def homes(self) -> Path:
@@ -185,6 +191,7 @@ def proxy_config(compiled: CompiledPod, paths: PodPaths, operator_token: str) ->
     if spec.journal:
         config["journal"] = {"directory": journal}
     config["data_policy"] = spec.data_policy.to_config()
+    config["auth_dir"] = CONTAINER_AUTH_DIR if spec.backend == "compose" else str(paths.auth)
     return config
 
 
@@ -199,6 +206,8 @@ def write_pod(compiled: CompiledPod, paths: PodPaths, *, operator_token: str | N
     for directory in (paths.runs, paths.templates, paths.runtime, paths.proxy, paths.contexts, paths.proxy / "tools"):
         ensure_private_dir(directory)
     ensure_private_dir(paths.revocations)
+    ensure_private_dir(paths.auth.parent)
+    ensure_private_dir(paths.auth)
     ensure_private_dir(paths.sockets)
     if compiled.spec.backend == "compose":
         # Bind-mount sources must exist, owned by the operator: Docker would create a missing one as root.

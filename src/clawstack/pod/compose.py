@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from clawstack.pod.artifacts import (
+    CONTAINER_AUTH_DIR,
     CONTAINER_JOURNAL_DIR,
     CONTAINER_PROXY_DIR,
     CONTAINER_REVOCATION_DIR,
@@ -79,10 +80,13 @@ def proxy_service(
         *([_bind(paths.proxy_journal, CONTAINER_JOURNAL_DIR)] if spec.journal else []),
         _bind(paths.revocations, CONTAINER_REVOCATION_DIR),
         _bind(paths.sockets, CONTAINER_SOCKET_DIR),
+        _bind(paths.auth, CONTAINER_AUTH_DIR),
     ]
     service: dict[str, Any] = {
         "image": image_id,
-        "command": ["proxy", "serve", "--config", f"{CONTAINER_PROXY_DIR}/{paths.proxy_config.name}"],
+        # `claw compose run --rm cllama auth login chatgpt` runs `claw proxy auth …` against this configuration.
+        "entrypoint": ["python3", "-m", "clawstack", "proxy"],
+        "command": ["serve", "--config", f"{CONTAINER_PROXY_DIR}/{paths.proxy_config.name}"],
         "user": user,
         "read_only": True,
         "cap_drop": ["ALL"],
@@ -90,7 +94,10 @@ def proxy_service(
         "tmpfs": ["/tmp"],  # noqa: S108 (the container's own tmpfs)
         "init": True,
         "restart": "unless-stopped",
-        "environment": {"CLAW_REVOCATION_DIR": CONTAINER_REVOCATION_DIR},
+        "environment": {
+            "CLAW_REVOCATION_DIR": CONTAINER_REVOCATION_DIR,
+            "CLAW_PROXY_CONFIG": f"{CONTAINER_PROXY_DIR}/{paths.proxy_config.name}",
+        },
         "volumes": volumes,
         "networks": ["default", runs_network(spec.name).name],
         "labels": {"claw.pod": spec.name, "claw.role": "proxy", CONFIG_LABEL: config_digest},

@@ -166,6 +166,11 @@ class ProxyOperatorClient:
         _, body = await self._call("GET", f"/v1/revocations/{identity_id}")
         return body  # type: ignore[no-any-return]
 
+    async def subscriptions(self) -> dict[str, Any]:
+        """``GET /v1/subscriptions``: the plan sign-ins' state (``subscriptions_unsupported`` without plan routes)."""
+        _, body = await self._call("GET", "/v1/subscriptions")
+        return body  # type: ignore[no-any-return]
+
     async def health(self) -> dict[str, Any]:
         _, body = await self._call("GET", "/v1/health")
         return body  # type: ignore[no-any-return]

@@ -31,6 +31,7 @@ from clawstack.common.clock import Clock
 from clawstack.proxy.config import Routing
 from clawstack.proxy.errors import UpstreamError
 from clawstack.proxy.identities import ChainEntry
+from clawstack.proxy.plan_route import FATAL_REASONS, PlanRoutes
 from clawstack.proxy.providers import KeyHealth, Route, Upstreams
 from clawstack.proxy.responses_api import ResponsesStreamTranslator
 from clawstack.proxy.shapes import Shapes, chat_body, translator
@@ -128,8 +129,10 @@ class ChainRouter:
         clock: Clock,
         routing: Routing,
         shapes: Shapes | None = None,
+        plans: PlanRoutes | None = None,
     ) -> None:
         self.shapes = shapes or Shapes()
+        self.plans = plans
         self._upstreams = upstreams
         self._health = health
         self._session = session
@@ -153,8 +156,13 @@ class ChainRouter:
             digest: str | None = None
             if route is None:
                 failure = _Failure("no_route", None)
+            elif route.plan and self.plans is None:
+                failure = _Failure("subscription_signin_required", None)  # this proxy holds no plan sign-in
             elif route.plan:
-                failure = _Failure("subscription_signin_required", None)
+                outcome = await self._serve_plan(entry, route, build(entry, route), stream, started)
+                if isinstance(outcome, Committed):
+                    return outcome
+                failure = outcome
             elif route.api_key is None and not route.keyless:
                 failure = _Failure("no_credential", None)
             elif (blocked := self._health.blocked(route.key_id)) is not None:
@@ -232,6 +240,40 @@ class ChainRouter:
                     request_sha256=digest,
                 )
             )
+
+    async def _serve_plan(
+        self, entry: ChainEntry, route: Route, body: Mapping[str, Any], stream: bool, started: float
+    ) -> Committed | _Failure:
+        """One try of a plan route (see :mod:`clawstack.proxy.plan_route`); never with a key."""
+        assert self.plans is not None
+        answer = await self.plans.send(
+            self._session, route.model, body, stream=stream, timeout_s=self._routing.first_byte_timeout_s
+        )
+        if isinstance(answer, str):
+            fatal = None
+            if answer in FATAL_REASONS:  # never moved to another billing path
+                status = 400 if answer == "subscription_unsupported_request" else 403
+                fatal = UpstreamError(
+                    f"the plan route cannot serve this request ({answer})", code=answer, status=status
+                )
+            return _Failure(answer, None, fatal)
+        first_byte_ms = (self._clock.monotonic() - started) * 1000
+        if answer.body is not None:
+            return Committed(entry, route, answer.response, answer.body, started, first_byte_ms, "-")
+        translate = ResponsesStreamTranslator(model=route.model)
+        first = translate.feed(answer.first)
+        try:
+            while not first and translate.failure is None:
+                raw = await answer.response.content.readany()
+                if not raw:
+                    break
+                first = translate.feed(raw)
+        except (aiohttp.ClientError, OSError, ValueError):
+            first = b""
+        if not first:
+            answer.response.close()
+            return _Failure("subscription_unavailable", answer.response.status)
+        return Committed(entry, route, answer.response, first, started, first_byte_ms, "-", translate)
 
     async def _try(
         self, route: Route, path: str, payload: bytes, *, stream: bool, translate: ResponsesStreamTranslator | None
@@ -331,8 +373,8 @@ def _exhausted(last: str) -> UpstreamError:
         return UpstreamError(message, code="upstream_timeout", status=504)
     if last == "rate_limited":
         return UpstreamError(message, code="upstream_rate_limited", status=429)
-    if last == "subscription_signin_required":
-        return UpstreamError(message, code="subscription_signin_required", status=502)
+    if last.startswith("subscription_"):
+        return UpstreamError(message, code=last, status=502)
     return UpstreamError(message, code="upstream_unavailable", status=502)
 
 

@@ -166,8 +166,12 @@ class ProxyServer:
         app.router.add_post("/v1/identities/{id}/revoke", self._revoke)
         app.router.add_post("/v1/identities/{id}/expiry", self._expiry)
         app.router.add_get("/v1/revocations/{id}", self._durable)
+        app.router.add_get("/v1/subscriptions", self._subscriptions)
         app.router.add_get("/v1/health", self._health)
         return app
+
+    async def _subscriptions(self, request: web.Request) -> web.Response:
+        return web.json_response(self.service.subscriptions())
 
     @web.middleware
     async def _operator_auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:

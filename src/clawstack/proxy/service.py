@@ -51,6 +51,7 @@ from clawstack.proxy.identities import (
     hash_secret,
 )
 from clawstack.proxy.journal import TraceJournal, read_capture_epoch
+from clawstack.proxy.plan_route import PlanRoutes
 from clawstack.proxy.providers import KeyHealth, Upstreams
 from clawstack.proxy.revocation import RevocationLedger
 from clawstack.proxy.routing import Attempt, ChainRouter, Committed
@@ -241,6 +242,7 @@ class ProxyService:
             )
         self._session: aiohttp.ClientSession | None = None
         self._flow: ChatFlow | None = None
+        self.plans: PlanRoutes | None = None
         self._revoke_lock = asyncio.Lock()
         self._blocked: set[str] = set()  # revocations begun: refused at once, even before they are durable
         self._audit_path = Path(config.state_dir) / "audit.jsonl"
@@ -283,7 +285,11 @@ class ProxyService:
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=None), connector=aiohttp.TCPConnector(limit=0), trust_env=False
         )
-        router = ChainRouter(self.upstreams, self.health_state, self._session, self.clock, self.config.routing)
+        if self.config.auth_dir is not None:
+            self.plans = PlanRoutes(self.config, self.clock)
+        router = ChainRouter(
+            self.upstreams, self.health_state, self._session, self.clock, self.config.routing, plans=self.plans
+        )
         self._flow = ChatFlow(router, self.catalog, self.config.routing, self, self.policy)
 
     async def close(self) -> None:
@@ -294,6 +300,9 @@ class ProxyService:
                     self.store.save_usage(identity)
                 except ProxyError:
                     log.exception("could not persist usage of identity %s", identity.id)
+        if self.plans is not None:
+            await self.plans.close()
+            self.plans = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -615,6 +624,14 @@ class ProxyService:
             "revoked_at": format_timestamp(record.revoked_at) if record is not None else None,
         }
 
+    def subscriptions(self) -> dict[str, Any]:
+        """``GET /v1/subscriptions``: the plan sign-ins' state; never a token."""
+        if self.config.auth_dir is None or self.plans is None:
+            raise ProxyError(
+                "this proxy has no plan routes (no auth_dir)", code="subscriptions_unsupported", status=501
+            )
+        return {"subscriptions": self.plans.subscriptions()}
+
     def health(self) -> dict[str, Any]:
         epoch = read_capture_epoch(Path(self.config.journal.directory)) if self.config.journal else None
         return {
@@ -625,7 +642,7 @@ class ProxyService:
                 "revocation": True,
                 "journal": self.journal is not None,
                 "managed_tools": len(self.catalog) > 0,
-                "plan_routes": False,
+                "plan_routes": self.config.auth_dir is not None,
             },
             "revocations": {
                 "records": self.ledger.record_count,

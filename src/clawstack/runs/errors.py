@@ -12,8 +12,9 @@
      ├── home_unknown 404 · deliverable_unknown 404 · deliverable_changed 409 · deliverable_too_large 413
      ├── deliverables_unreadable 503  the supervisor could not read the deliverables (never an empty list)
      ├── not_found 404 · result_unavailable 409 · method_not_allowed 405
-     ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority (retry the call)
-     ├── subscriptions_unsupported 501 · internal_error 500
+     ├── proxy_unavailable 503    the proxy could not be reached to move a run's authority or report its
+     │                            plan sign-ins (retry the call)
+     ├── subscriptions_unsupported 501 (a proxy without plan routes) · internal_error 500
      └── network_unavailable 503  no address block for a compose task-home run's network, or a bad
                                   CLAW_RUN_SUBNET_BASE
 

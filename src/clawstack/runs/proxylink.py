@@ -129,6 +129,16 @@ class ProxyLink:
                 raise
         return read_usage(description)
 
+    async def subscriptions(self) -> dict[str, Any]:
+        """The proxy's ``GET /v1/subscriptions`` (raises ``subscriptions_unsupported`` without plan routes)."""
+        async with self._client() as client:
+            body = await client.subscriptions()
+        states = body.get("subscriptions") if isinstance(body, dict) else None
+        if not isinstance(states, list):
+            raise ProxyError("the proxy's subscriptions answer is malformed", code="proxy_bad_answer")
+        keep = ("provider", "state", "account", "limited_until")  # never anything else, so never a token
+        return {"subscriptions": [{k: s[k] for k in keep if isinstance(s, dict) and k in s} for s in states]}
+
     async def capture_epoch(self) -> int | None:
         async with self._client() as client:
             epoch = (await client.health()).get("capture_epoch")

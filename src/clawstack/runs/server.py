@@ -125,7 +125,7 @@ def make_app(supervisor: Supervisor, *, body_timeout_s: float = BODY_READ_TIMEOU
         return await _send(request, await supervisor.health())
 
     async def subscriptions(request: web.Request) -> web.StreamResponse:
-        return await _send(request, supervisor.subscriptions())
+        return await _send(request, await supervisor.subscriptions())
 
     async def list_runs(request: web.Request) -> web.StreamResponse:
         return await _send(request, supervisor.list_runs(request.query.items()))

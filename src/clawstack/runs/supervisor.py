@@ -473,8 +473,15 @@ class Supervisor:
             },
         )
 
-    def subscriptions(self) -> Answer:
-        raise RunsError("subscriptions_unsupported", "this pod's proxy has no plan routes")
+    async def subscriptions(self) -> Answer:
+        """``GET /v1/subscriptions``: the pod's plan sign-ins as the proxy reports them; never a token."""
+        try:
+            body = await self.proxy.subscriptions()
+        except ProxyError as exc:
+            if exc.code == "subscriptions_unsupported":
+                raise RunsError("subscriptions_unsupported", "this pod's proxy has no plan routes") from exc
+            raise RunsError("proxy_unavailable", "the proxy could not be asked for its plan sign-ins") from exc
+        return Answer(200, body)
 
     def list_runs(self, query: Iterable[tuple[str, str]]) -> Answer:
         """``GET /v1/runs``: one page of runs, newest first, each the status a single read returns (never the task);

@@ -188,7 +188,8 @@ async def test_status_of_a_run_never_accepted_and_other_endpoints(stack: RunsSta
     bad = await stack.call("GET", "/v1/runs/Acme/ghost")
     assert bad.status == 400
     subscriptions = await stack.call("GET", "/v1/subscriptions")
-    assert (subscriptions.status, subscriptions.json()["error"]["code"]) == (501, "subscriptions_unsupported")
+    assert subscriptions.status == 200
+    assert subscriptions.json() == {"subscriptions": [{"provider": "chatgpt", "state": "not_signed_in"}]}
     identity = (await stack.call("GET", "/v1/identity")).json()
     assert identity["protocol"] == 1
     health = (await stack.call("GET", "/v1/health")).json()
@@ -324,3 +325,25 @@ async def test_the_client_libraries(stack: RunsStack) -> None:
             return client.result("acme", "lib-2")
 
     assert await asyncio.to_thread(sync_calls) == ("via sync", False)
+
+
+async def test_subscriptions_and_doctor_show_the_plan_sign_in(stack: RunsStack) -> None:
+    import stat
+
+    from click.testing import CliRunner
+
+    from clawstack.cli import cli
+    from clawstack.pod.artifacts import PodPaths
+
+    store = PodPaths(stack.pod).auth
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.parent.stat().st_mode) == 0o700
+    doctor = await asyncio.to_thread(CliRunner().invoke, cli, ["runs", "doctor", "--pod", str(stack.pod)])
+    assert (
+        f"plan sign-in: chatgpt: not_signed_in; sign in with: claw proxy auth login chatgpt --pod {stack.pod.resolve()}"
+        in doctor.output
+    ), doctor.output
+    status = await asyncio.to_thread(
+        CliRunner().invoke, cli, ["proxy", "auth", "status", "--pod", str(stack.pod), "--json"]
+    )
+    assert '"not_signed_in"' in status.output, status.output

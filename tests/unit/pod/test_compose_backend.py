@@ -84,7 +84,9 @@ def test_the_proxy_service_is_hardened_and_pinned(tmp_path: Path) -> None:
     assert proxy["tmpfs"] == ["/tmp"]
     assert proxy["init"] is True
     assert proxy["restart"] == "unless-stopped"
-    assert proxy["command"] == ["proxy", "serve", "--config", "/claw/proxy/proxy.json"]
+    assert proxy["entrypoint"] == ["python3", "-m", "clawstack", "proxy"]  # `cllama auth …` is `claw proxy auth …`
+    assert proxy["command"] == ["serve", "--config", "/claw/proxy/proxy.json"]
+    assert proxy["environment"]["CLAW_PROXY_CONFIG"] == "/claw/proxy/proxy.json"
     assert proxy["environment"] == {"CLAW_REVOCATION_DIR": "/claw/revocations"}
     assert proxy["labels"]["claw.pod"] == "t"
     assert proxy["labels"]["claw.role"] == "proxy"
@@ -103,6 +105,7 @@ def test_the_proxy_mounts_exactly_its_directories(tmp_path: Path) -> None:
         (str(paths.proxy / "state"), "/claw/state", False),
         (str(paths.revocations), "/claw/revocations", False),
         (str(paths.sockets), "/claw/sock", False),
+        (str(paths.auth), "/claw/auth", False),  # the plan sign-in store: the proxy's alone
     }
     for source, _, _ in mounts:  # every source exists, owned by the operator, so Docker never creates one as root
         assert Path(source).is_dir()

@@ -86,8 +86,10 @@ def test_the_proxy_service_is_hardened_and_pinned(tmp_path: Path) -> None:
     assert proxy["restart"] == "unless-stopped"
     assert proxy["entrypoint"] == ["python3", "-m", "clawstack", "proxy"]  # `cllama auth …` is `claw proxy auth …`
     assert proxy["command"] == ["serve", "--config", "/claw/proxy/proxy.json"]
-    assert proxy["environment"]["CLAW_PROXY_CONFIG"] == "/claw/proxy/proxy.json"
-    assert proxy["environment"] == {"CLAW_REVOCATION_DIR": "/claw/revocations"}
+    assert proxy["environment"] == {
+        "CLAW_REVOCATION_DIR": "/claw/revocations",
+        "CLAW_PROXY_CONFIG": "/claw/proxy/proxy.json",
+    }
     assert proxy["labels"]["claw.pod"] == "t"
     assert proxy["labels"]["claw.role"] == "proxy"
     assert "extra_hosts" not in proxy

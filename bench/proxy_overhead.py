@@ -38,8 +38,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+STARTS: list[tuple[int, float]] = []  # (pid, seconds from spawn to the readiness line)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 @contextmanager
 def process(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
+    spawned = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "clawstack", *args, "--log-level", "warning"],
         stdout=subprocess.PIPE,
@@ -49,7 +60,9 @@ def process(args: list[str], env: dict[str, str] | None = None) -> Iterator[str]
     )
     assert proc.stdout is not None
     try:
-        yield proc.stdout.readline().strip()
+        line = proc.stdout.readline().strip()
+        STARTS.append((proc.pid, time.perf_counter() - spawned))
+        yield line
     finally:
         proc.terminate()
         proc.wait(20)
@@ -146,7 +159,15 @@ def main() -> None:
                         "revocation_dir": "rev",
                         "env": {"OPENAI_API_KEY": "sk-bench"},
                         "upstreams": {"openai": {"base_url": fake_url, "api_key_env": "OPENAI_API_KEY"}},
-                        "data_policy": "permissive",
+                        "data_policy": {  # the default policy, the fake attested: every request is checked
+                            "attestations": [
+                                {
+                                    "provider": "openai",
+                                    "endpoint": fake_url,
+                                    "guarantees": ["processing:us", "training:none", "retention:none"],
+                                }
+                            ]
+                        },
                     }
                 )
             )
@@ -174,6 +195,11 @@ def main() -> None:
                     )
 
                 asyncio.run(run())
+                pid, started = STARTS[-1]
+                print(
+                    f"\nproxy start to readiness: {started:.3f} s (the fake model: {STARTS[0][1]:.3f} s); "
+                    f"proxy RSS after the load: {rss_mib(pid):.1f} MiB"
+                )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ def pod(short_dir: Path, clawstack_images: list[Any]) -> Iterator[Path]:
     document["x-claw"]["backend"] = "compose"
     document["x-claw"]["pod"] = f"ct{os.getpid()}-{short_dir.name[-6:].lower().replace('_', '-')}"
     document["x-claw"]["upstreams"]["local"]["base-url"] = "http://host.docker.internal:18089/v1"
+    document["x-claw"]["data-policy"]["attestations"][0]["endpoint"] = "http://host.docker.internal:18089/v1"
     document["services"]["worker"]["image"] = WORKER_IMAGE
     document["services"].pop("researcher")  # a pod of one per-run template is enough here
     document["services"]["ticket-api"] = {
@@ -119,6 +121,7 @@ def test_up_runs_a_hardened_proxy_idempotently_and_down_removes_it(pod: Path) ->
         "/claw/state": (str(paths.proxy / "state"), True),
         "/claw/revocations": (str(paths.revocations), True),
         "/claw/sock": (str(paths.sockets), True),
+        "/claw/auth": (str(paths.auth), True),  # the plan sign-in store, the proxy's alone
     }
     assert set(attrs["NetworkSettings"]["Networks"]) == {f"{name}_default", network.name}
     assert "CLAW_REVOCATION_DIR=/claw/revocations" in attrs["Config"]["Env"]
@@ -128,6 +131,37 @@ def test_up_runs_a_hardened_proxy_idempotently_and_down_removes_it(pod: Path) ->
     assert answer.json()["status"] == "ok"
     assert guard_present(network)
     assert paths.operator_socket.stat().st_uid == os.geteuid()  # the proxy writes as the operator
+    # The spec's sign-in commands run in the proxy's container, through claw compose, against its own config.
+    status = subprocess.run(
+        [sys.executable, "-m", "clawstack", "compose", "--pod", str(pod), "run", "--rm", "cllama", "auth", "status"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "chatgpt: not_signed_in" in status.stdout
+    logout = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clawstack",
+            "compose",
+            "--pod",
+            str(pod),
+            "run",
+            "--rm",
+            "cllama",
+            "auth",
+            "logout",
+            "chatgpt",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert logout.returncode == 0, logout.stderr
 
     started = time.monotonic()
     again = up(pod, environ={})

@@ -133,7 +133,9 @@ class PodPaths:
 
     @property
     def worker_socket(self) -> Path:
-        return self.sockets / "worker.sock"
+        """The proxy's worker socket, alone in its directory: a local sandbox binds that directory (read-only), so
+        a restarted proxy's new socket is what a running worker reaches."""
+        return self.sockets / "worker" / "proxy.sock"
 
 
 def _json(value: Any) -> bytes:
@@ -163,7 +165,7 @@ def proxy_config(compiled: CompiledPod, paths: PodPaths, operator_token: str) ->
             "worker": {
                 "host": "0.0.0.0",  # noqa: S104 (the container's runs network; the host guard keeps it there)
                 "port": PROXY_WORKER_PORT,
-                "unix_socket": f"{CONTAINER_SOCKET_DIR}/{paths.worker_socket.name}",
+                "unix_socket": f"{CONTAINER_SOCKET_DIR}/{paths.worker_socket.relative_to(paths.sockets)}",
             },
             "operator": {"unix_socket": f"{CONTAINER_SOCKET_DIR}/{paths.operator_socket.name}"},
         }

@@ -241,10 +241,13 @@ class ProxyServer:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self._runners.append(runner)
+        path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_socket(path)
         await web.UnixSite(runner, str(path)).start()
-        # Workers authenticate with their identity; the directory decides who can reach the socket.
+        # Workers authenticate with their identity; the directories above decide who can reach the socket. Its
+        # own directory is searchable, because a local sandbox binds that directory, not the socket file.
         os.chmod(path, 0o666)  # noqa: S103
+        os.chmod(path.parent, 0o711)  # noqa: S103
 
     async def stop(self) -> None:
         """Stop listening, finish requests in flight, persist and close. Idempotent."""

@@ -126,9 +126,10 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture
 async def fake(short_dir: Path) -> AsyncIterator[FakeModelServer]:
-    path = short_dir / "proxy.sock"
+    path = short_dir / "proxy" / "proxy.sock"  # alone in its directory, as the proxy's worker socket is
+    path.parent.mkdir(mode=0o711)
     async with FakeModelServer(unix_socket=path, api_key=CREDENTIAL) as server:  # only the run's credential works
-        os.chmod(path, 0o666)  # as the proxy's worker socket: the directory decides who reaches it
+        os.chmod(path, 0o666)  # as the proxy's worker socket: the directories decide who reaches it
         yield server
 
 
@@ -517,7 +518,7 @@ async def test_a_sandbox_that_cannot_start_is_a_spawn_error_and_leaves_nothing(
     fake: FakeModelServer, backend: LocalBackend, short_dir: Path
 ) -> None:
     with pytest.raises(SpawnError) as caught:
-        await backend.spawn(spec(fake, "@fake reply: no", proxy_socket=short_dir / "missing.sock"))
+        await backend.spawn(spec(fake, "@fake reply: no", proxy_socket=short_dir / "missing" / "proxy.sock"))
     assert caught.value.code == "spawn_failed"
     assert SECRET not in caught.value.message
     assert (await backend.inspect(labels())).exists is False

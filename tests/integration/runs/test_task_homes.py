@@ -298,22 +298,38 @@ async def test_a_failed_turn_and_a_question_reach_status_ledger_and_end_callback
         await runner.cleanup()
 
 
-@pytest.mark.parametrize("stack", BACKENDS[1:], indirect=True)
-async def test_served_by_is_incomplete_when_the_proxy_restarted_during_the_run(stack: RunsStack) -> None:
-    # Under compose a worker reaches the proxy over the runs network, so a restarted proxy serves it again.
+async def restart_proxy(stack: RunsStack) -> None:
+    """Restart the pod's proxy: its process under local, its container under compose."""
+    if stack.supervisor.backend.name == "local":
+        from clawstack.pod.artifacts import PodPaths
+        from clawstack.pod.localproxy import LocalProxy
+
+        proxy = LocalProxy(PodPaths(stack.pod.resolve()))
+        current = proxy.running()
+        assert current is not None
+        await asyncio.to_thread(proxy.stop)
+        await asyncio.to_thread(proxy.start, digest=current.digest)
+        return
     from tests.docker_images import docker_client
 
-    before = len(chats(stack))
-    task = terminal("sleep 8") + "\n@fake reply: across a restart"
-    await stack.call("POST", "/v1/runs", home_launch(stack, "p1", task, home="restart"))
-    await eventually(lambda: len(chats(stack)) > before, timeout_s=90, what="the first model call")
     client = docker_client()
     try:
         wanted = [f"claw.pod={stack.supervisor.pod_name}", "claw.role=proxy"]
         (container,) = client.containers.list(filters={"label": wanted})
-        await asyncio.to_thread(container.restart, timeout=10)  # between the run's two model calls
+        await asyncio.to_thread(container.restart, timeout=10)
     finally:
         client.close()
+
+
+@both
+async def test_served_by_is_incomplete_when_the_proxy_restarted_during_the_run(stack: RunsStack) -> None:
+    # A running worker reaches the restarted proxy: over the runs network under compose, and under local
+    # through the socket's directory, which its sandbox binds (not the socket file the old proxy removed).
+    before = len(chats(stack))
+    task = terminal("sleep 8") + "\n@fake reply: across a restart"
+    await stack.call("POST", "/v1/runs", home_launch(stack, "p1", task, home="restart"))
+    await eventually(lambda: len(chats(stack)) > before, timeout_s=90, what="the first model call")
+    await restart_proxy(stack)  # between the run's two model calls
     done = await finished(stack, "p1")
     assert done["state"] == "stopped", {k: done[k] for k in ("state", "failure", "exit_code")}
     assert done["served_by_complete"] is False  # another proxy process counted part of the run

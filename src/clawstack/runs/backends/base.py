@@ -83,7 +83,7 @@ class WorkerSpec:
     labels: RunLabels
     task: str  # the runner's one positional argument
     config: bytes  # the runner's JSON configuration (clawstack.worker.contract.WorkerConfig)
-    proxy_socket: Path  # the host path of the proxy's worker socket, bound into a local sandbox
+    proxy_socket: Path  # the proxy's worker socket, proxy.sock alone in its directory, which a local sandbox binds
     memory_bytes: int
     pids: int
     max_runtime_s: int

@@ -78,7 +78,9 @@ from clawstack.runs.backends.monitor import (
     LOST_EXIT_CODE,
     MONITOR_LOG,
     MONITOR_RECORD,
+    PROXY_SOCKET_NAME,
     SANDBOX_CONFIG_FILE,
+    SANDBOX_PROXY_DIR,
     SANDBOX_PROXY_SOCKET,
     SANDBOX_PYTHON,
     SANDBOX_SITE,
@@ -391,7 +393,12 @@ class LocalBackend:
         for index, directory in enumerate(layout.sites):
             binds.append(Bind(str(directory), f"{SANDBOX_SITE}/{index}"))
             paths.append(f"{SANDBOX_SITE}/{index}")
-        binds.append(Bind(str(spec.proxy_socket), SANDBOX_PROXY_SOCKET))
+        if spec.proxy_socket.name != PROXY_SOCKET_NAME:
+            raise LocalBackendError(
+                f"the proxy's worker socket must be {PROXY_SOCKET_NAME}, alone in its directory", code="spec_invalid"
+            )
+        # The socket's directory, not the socket: a restarted proxy's new socket is what the worker reaches.
+        binds.append(Bind(str(spec.proxy_socket.parent), SANDBOX_PROXY_DIR))
         if home is not None:
             # The home is the one persistent writable path; content and Hermes's code are read-only.
             binds.append(Bind(str(home.path), home.mount, writable=True))

@@ -83,7 +83,10 @@ HOST_CONFIG_FILE: Final = "config.json"
 
 # --- the sandbox's layout --------------------------------------------------------------------------------------
 
-SANDBOX_PROXY_SOCKET: Final = "/run/claw/proxy.sock"
+SANDBOX_PROXY_DIR: Final = "/run/claw"
+"""Where the directory of the pod's proxy worker socket is bound (read-only) inside the sandbox."""
+PROXY_SOCKET_NAME: Final = "proxy.sock"
+SANDBOX_PROXY_SOCKET: Final = f"{SANDBOX_PROXY_DIR}/{PROXY_SOCKET_NAME}"
 """Where the pod's proxy worker socket appears inside the sandbox: the runner's ``model_unix_socket``."""
 SANDBOX_CONFIG_FILE: Final = "/tmp/claw/config.json"  # noqa: S108 - the sandbox's own private tmpfs
 """Where the runner's configuration appears inside the sandbox (0600 in a 0700 directory, owned by the runner)."""
@@ -946,9 +949,11 @@ __all__ = [
     "LOST_EXIT_CODE",
     "MONITOR_LOG",
     "MONITOR_RECORD",
+    "PROXY_SOCKET_NAME",
     "PYTHON_FLAGS",
     "SANDBOX_CONFIG_FILE",
     "SANDBOX_HOSTNAME",
+    "SANDBOX_PROXY_DIR",
     "SANDBOX_PROXY_SOCKET",
     "SANDBOX_PYTHON",
     "SANDBOX_SITE",

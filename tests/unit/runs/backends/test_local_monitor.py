@@ -15,7 +15,7 @@ import pytest
 from clawstack.runs.backends.monitor import (
     PYTHON_FLAGS,
     SANDBOX_CONFIG_FILE,
-    SANDBOX_PROXY_SOCKET,
+    SANDBOX_PROXY_DIR,
     Bind,
     Cgroups,
     LaunchPlan,
@@ -53,7 +53,7 @@ def plan(**changes: Any) -> LaunchPlan:
         "binds": (
             Bind("/root/.pyenv/versions/3.11.7", "/opt/claw/python"),
             Bind("/venv/site", "/opt/claw/site/0"),
-            Bind("/pod/sock/worker.sock", SANDBOX_PROXY_SOCKET),
+            Bind("/pod/sock/worker", SANDBOX_PROXY_DIR),
         ),
         "sandbox_uid": 65534,
     }
@@ -94,7 +94,7 @@ def test_the_root_is_read_only_with_a_sized_private_tmp() -> None:
         ("/usr", "/usr"),
         ("/tmp/0", "/opt/claw/python"),
         ("/tmp/1", "/opt/claw/site/0"),
-        ("/tmp/2", SANDBOX_PROXY_SOCKET),  # the one way out
+        ("/tmp/2", SANDBOX_PROXY_DIR),  # the one way out: the directory holding only the proxy's socket
     ]
     assert pairs(argv, "--symlink", 2) == [("usr/lib", "/lib")]
     assert "--bind" not in argv

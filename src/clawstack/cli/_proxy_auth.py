@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from clawstack.common.clock import SystemClock
-from clawstack.pod.artifacts import PodPaths
 from clawstack.proxy.config import PlanRoute, ProxyConfig, load_config
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.plan import PROVIDERS, AuthStore, login, plan_ssl_context
@@ -42,7 +41,11 @@ def _check_provider(provider: str) -> str:
 
 
 def _config(config_path: Path | None, pod_dir: Path) -> ProxyConfig:
-    path = config_path if config_path is not None else PodPaths(pod_dir.resolve()).proxy_config
+    if config_path is None:
+        from clawstack.pod.artifacts import PodPaths  # the pod compiler is loaded only to find a pod's config
+
+        config_path = PodPaths(pod_dir.resolve()).proxy_config
+    path = config_path
     if not path.exists():
         raise click.ClickException(f"no proxy config at {path}: run claw up first, or pass --config FILE")
     try:

@@ -9,7 +9,6 @@ import click
 
 from clawstack.cli._proxy_auth import auth
 from clawstack.cli._serving import configure_logging, serve_until_signal
-from clawstack.proxy.client import ProxyOperatorClient
 from clawstack.proxy.config import ProxyConfig, load_config
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.server import ProxyServer
@@ -84,6 +83,8 @@ def self_test(config_path: Path) -> None:
         raise click.ClickException(f"{config.operator_token_env} is not set")
     if config.worker.port in (None, 0):
         raise click.ClickException("the self-test needs the worker API on a fixed TCP port")
+
+    from clawstack.proxy.client import ProxyOperatorClient  # the client is not needed to serve
 
     async def run() -> None:
         client = (

@@ -40,6 +40,7 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
+
 __all__ = [
     "AuthError",
     "CapacityError",

@@ -175,11 +175,12 @@ class ChatFlow:
         entries: list[ChainEntry],
         body: Mapping[str, Any],
         managed_tools: list[dict[str, Any]],
-    ) -> dict[str, Any]:
+    ) -> bytes:
+        """The final answer's JSON bytes: the upstream's own when one round answered it, untouched."""
         messages = list(body["messages"])
         build = self._builder(body, messages, managed_tools)
         usage: dict[str, int] = {}
-        for _ in range(self._routing.max_tool_rounds):
+        for rounds in range(self._routing.max_tool_rounds):
             committed = await self._send(identity, entries, build, stream=False)
             committed.response.release()
             digest = "sha256:" + hashlib.sha256(committed.first).hexdigest()
@@ -204,9 +205,11 @@ class ChatFlow:
             ]
             managed = [c for c in calls if self._catalog.is_managed_name(c["name"])]
             if not managed:
+                if rounds == 0:
+                    return committed.first
                 if usage:
                     data["usage"] = usage
-                return data  # type: ignore[no-any-return]
+                return json.dumps(data, ensure_ascii=False).encode()
             await self._run_tools(identity, managed, messages)
         raise UpstreamError("the model kept calling tools past the round limit", code="tool_rounds_exceeded")
 

@@ -131,7 +131,7 @@ class ProxyServer:
                 async with asyncio.timeout(self.config.routing.request_timeout_s):
                     if not prepared.stream:
                         data = await flow.complete(identity, prepared.entries, prepared.body, prepared.managed_tools)
-                        return web.json_response(data)
+                        return web.Response(body=data, content_type="application/json")
                     await flow.stream(identity, prepared.entries, prepared.body, prepared.managed_tools, start)
             except TimeoutError as exc:
                 error = UpstreamError("the request ran past its deadline", code="upstream_timeout", status=504)

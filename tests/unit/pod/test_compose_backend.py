@@ -175,7 +175,11 @@ def test_the_compose_proxy_config_names_container_paths(tmp_path: Path) -> None:
     _, paths = written(compose_pod(tmp_path))
     config = json.loads(paths.proxy_config.read_text())
     assert stat.S_IMODE(paths.proxy_config.stat().st_mode) == 0o600
-    assert config["worker"] == {"host": "0.0.0.0", "port": PROXY_WORKER_PORT, "unix_socket": "/claw/sock/worker/proxy.sock"}
+    assert config["worker"] == {
+        "host": "0.0.0.0",
+        "port": PROXY_WORKER_PORT,
+        "unix_socket": "/claw/sock/worker/proxy.sock",
+    }
     assert config["operator"] == {"unix_socket": "/claw/sock/operator.sock"}
     assert config["state_dir"] == "/claw/state"
     assert "revocation_dir" not in config

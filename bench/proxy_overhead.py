@@ -1,6 +1,7 @@
 """How much does the proxy add? Latency per non-streaming request (p50, p99) at concurrency 1 and 64, time to the
-first streamed byte, and requests per second, each through `claw proxy serve` and against the same scripted fake
-model called directly in the same run. The fake and the proxy run as their own processes, as in production.
+first streamed byte, requests per second and CPU per request (of the proxy process; of the fake for the direct
+row), each through `claw proxy serve` (the default data policy on, its upstream attested; the hosted-tool guard
+on every request) and against the same scripted fake model called directly in the same run. The fake and the proxy run as their own processes, as in production.
 
 Run: .venv/bin/python bench/proxy_overhead.py [--requests 2000] [--repeats 3]
 """
@@ -39,6 +40,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 STARTS: list[tuple[int, float]] = []  # (pid, seconds from spawn to the readiness line)
+
+
+def cpu_s(pid: int) -> float:
+    """User plus system CPU seconds the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:
@@ -119,16 +126,21 @@ async def measure(direct_url: str, proxy_url: str, credential: str, requests: in
                     ("direct", direct_url, direct_headers),
                     ("proxy", proxy_url, proxy_headers),
                 ):
+                    pid = STARTS[-1][0] if label == "proxy" else STARTS[0][0]
+                    cpu_before = cpu_s(pid)
                     samples, wall = await timed_requests(session, url, headers, n, concurrency, stream)
+                    rows[label].setdefault("cpu", []).append((cpu_s(pid) - cpu_before) / n)
                     rows[label].setdefault("p50", []).append(statistics.median(samples))
                     rows[label].setdefault("p99", []).append(percentile(samples, 0.99))
                     rows[label].setdefault("rps", []).append(n / wall)
             print(f"\n{name} ({repeats} x {n} requests; medians across repetitions)")
-            print(f"{'':<8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9}")
+            print(f"{'':<8} {'p50 ms':>9} {'p99 ms':>9} {'req/s':>9} {'CPU us/req':>11}")
             med = {label: {k: statistics.median(v) for k, v in row.items()} for label, row in rows.items()}
             for label in ("direct", "proxy"):
                 m = med[label]
-                print(f"{label:<8} {m['p50'] * 1e3:>9.3f} {m['p99'] * 1e3:>9.3f} {m['rps']:>9.0f}")
+                print(
+                    f"{label:<8} {m['p50'] * 1e3:>9.3f} {m['p99'] * 1e3:>9.3f} {m['rps']:>9.0f} {m['cpu'] * 1e6:>11.0f}"
+                )
             added50 = (med["proxy"]["p50"] - med["direct"]["p50"]) * 1e3
             added99 = (med["proxy"]["p99"] - med["direct"]["p99"]) * 1e3
             ratio = med["proxy"]["p50"] / med["direct"]["p50"]

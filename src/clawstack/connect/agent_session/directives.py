@@ -1,8 +1,9 @@
 """Markers and directives in ``run_task``'s ``context``, parsed out and stripped before the agent sees them.
 
 * ``<agent-session>{json}</agent-session>`` — a **marker**: always means attach ("this session exists").
-* ``[[clawconnect:agent-session]]{json}[[/clawconnect:agent-session]]`` — a **directive block**: its ``action``
-  key is one of ``attach``, ``continue``, ``replace``, ``detach``, ``inspect``.
+* ``[[clawconnect:agent-session]]{json}[[/clawconnect:agent-session]]`` — a **directive block**: its ``op``
+  key (the reference ClawConnect's) is one of ``attach``, ``continue``, ``replace``, ``detach``, ``inspect``. Any
+  other key, ``action`` included, makes the directive malformed.
 
 Every marker and block is stripped from the text (an unclosed opening delimiter strips to the end of the text, a
 lone closing one is removed), whatever it holds. Only the first block counts, and a block wins over any marker;
@@ -33,7 +34,8 @@ from clawstack.connect.agent_session.types import STATES, State, is_runtime_id
 
 Action = Literal["attach", "continue", "replace", "detach", "inspect"]
 ACTIONS: Final[tuple[Action, ...]] = ("attach", "continue", "replace", "detach", "inspect")
-ACTION_KEY: Final = "action"
+ACTION_KEY: Final = "op"
+"""The key naming a block's transition, as the reference ClawConnect's hosts send it."""
 MARKER_OPEN: Final = "<agent-session>"
 MARKER_CLOSE: Final = "</agent-session>"
 BLOCK_OPEN: Final = "[[clawconnect:agent-session]]"
@@ -132,12 +134,12 @@ def validate(data: object, *, from_marker: bool) -> Directive:
         raise MalformedDirective(f"{unknown[0][:64]}: is not a directive field")
     if from_marker:
         if data.get(ACTION_KEY, "attach") != "attach":
-            raise MalformedDirective("action: a marker always means attach")
+            raise MalformedDirective(f"{ACTION_KEY}: a marker always means attach")
         action: Action = "attach"
     else:
         raw = data.get(ACTION_KEY)
         if raw not in ACTIONS:
-            raise MalformedDirective(f"action: must be one of {', '.join(ACTIONS)}")
+            raise MalformedDirective(f"{ACTION_KEY}: must be one of {', '.join(ACTIONS)}")
         action = raw
     runtime = data.get("runtime")
     session_id = data.get("sessionId")

@@ -68,26 +68,26 @@ MALFORMED_MARKERS: list[Any] = [
     {**ATTACH, "remoteUrl": "file:///etc/passwd"},
     {**ATTACH, "providerSessionId": ["x"]},
     {**ATTACH, "surprise": 1},
-    {**ATTACH, "action": "detach", "reason": "r"},
+    {**ATTACH, "op": "detach", "reason": "r"},
     {**ATTACH, "stopRuntime": True},
 ]
 
 MALFORMED_BLOCKS: list[Any] = [
     ATTACH,  # no action
-    {**ATTACH, "action": "spawn"},
-    {**ATTACH, "action": "list"},
-    {**ATTACH, "action": "ATTACH"},
-    {**ATTACH, "action": "replace"},  # no reason
-    {"action": "detach"},  # no reason
-    {"action": "detach", "reason": ""},
-    {"action": "detach", "reason": "r", "stopRuntime": "yes"},
-    {"action": "detach", "reason": "r", "stopRuntime": 1},
-    {"action": "detach", "reason": "r", "stopRuntime": None},
-    {"action": "inspect", "stopRuntime": True},
-    {"action": "continue", "prompt": 5},
-    {"action": "attach", "prompt": "x", **ATTACH},
-    {"action": "continue", "runtime": "fake"},  # names a runtime without a session
-    {"action": "continue", "sessionId": "../x", "runtime": "fake"},
+    {**ATTACH, "op": "spawn"},
+    {**ATTACH, "op": "list"},
+    {**ATTACH, "op": "ATTACH"},
+    {**ATTACH, "op": "replace"},  # no reason
+    {"op": "detach"},  # no reason
+    {"op": "detach", "reason": ""},
+    {"op": "detach", "reason": "r", "stopRuntime": "yes"},
+    {"op": "detach", "reason": "r", "stopRuntime": 1},
+    {"op": "detach", "reason": "r", "stopRuntime": None},
+    {"op": "inspect", "stopRuntime": True},
+    {"op": "continue", "prompt": 5},
+    {"op": "attach", "prompt": "x", **ATTACH},
+    {"op": "continue", "runtime": "fake"},  # names a runtime without a session
+    {"op": "continue", "sessionId": "../x", "runtime": "fake"},
 ]
 
 
@@ -127,7 +127,7 @@ def test_a_marker_always_means_attach() -> None:
 
 @pytest.mark.parametrize("action", ["attach", "continue", "replace", "detach", "inspect"])
 def test_every_action(action: str) -> None:
-    body: dict[str, Any] = {"action": action}
+    body: dict[str, Any] = {"op": action}
     if action in ("attach", "replace"):
         body |= ATTACH
     if action in ("replace", "detach"):
@@ -139,17 +139,17 @@ def test_every_action(action: str) -> None:
 
 def test_stop_runtime_only_when_exactly_true() -> None:
     for value, expected in ((True, True), (False, False)):
-        parsed = parse_context(block({"action": "detach", "reason": "r", "stopRuntime": value}))
+        parsed = parse_context(block({"op": "detach", "reason": "r", "stopRuntime": value}))
         assert parsed.directive is not None
         assert parsed.directive.stop_runtime is expected
-    parsed = parse_context(block({"action": "detach", "reason": "r"}))
+    parsed = parse_context(block({"op": "detach", "reason": "r"}))
     assert parsed.directive is not None
     assert parsed.directive.stop_runtime is False
 
 
 def test_only_the_first_block_counts_and_a_block_wins_over_a_marker() -> None:
-    first = block({"action": "inspect"})
-    second = block({"action": "detach", "reason": "r", "stopRuntime": True})
+    first = block({"op": "inspect"})
+    second = block({"op": "detach", "reason": "r", "stopRuntime": True})
     parsed = parse_context(f"{marker(ATTACH)} a {first} b {second} c")
     assert parsed.directive is not None
     assert parsed.directive.action == "inspect"
@@ -201,7 +201,7 @@ def test_nothing_malformed_is_accepted(session_id: str, extra: dict[str, int]) -
 
 @given(
     st.dictionaries(
-        st.sampled_from(["runtime", "sessionId", "action", "reason", "stopRuntime", "state"]),
+        st.sampled_from(["runtime", "sessionId", "op", "reason", "stopRuntime", "state"]),
         st.text(max_size=12) | st.booleans() | st.integers(),
     )
 )
@@ -215,3 +215,13 @@ def test_any_accepted_directive_obeys_the_field_rules(body: dict[str, Any]) -> N
         if directive.action in ("replace", "detach"):
             assert directive.reason
         assert directive.stop_runtime is (body.get("stopRuntime") is True)
+
+
+def test_the_transition_is_keyed_op_as_the_reference_sends_it() -> None:
+    parsed = parse_context(block({"op": "continue", "prompt": "go on"}))
+    assert parsed.directive is not None
+    assert (parsed.directive.action, parsed.directive.prompt) == ("continue", "go on")
+    legacy = parse_context("text " + block({"action": "continue", "prompt": "go on"}))
+    assert legacy.directive is None  # not silently accepted: malformed, and the warning names the key
+    assert legacy.problem == "action: is not a directive field"
+    assert legacy.text == "text"

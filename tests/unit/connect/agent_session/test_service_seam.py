@@ -127,7 +127,7 @@ async def test_a_marker_for_an_unknown_runtime_reads_unavailable_and_the_task_co
 
 async def test_a_malformed_directive_is_ignored_and_the_task_submits(make: Factory, tmp_path: Path) -> None:
     service = await make(registry_with(FakeRuntime()))
-    context = marker(session_id="../../etc/passwd") + block(action="detach", reason="r", stopRuntime="yes")
+    context = marker(session_id="../../etc/passwd") + block(op="detach", reason="r", stopRuntime="yes")
     snap = await run_to_end(service, task="@fake reply: ok", context=context)
     assert (snap["summary"], snap["agentSession"]) == ("ok", None)
     prompt = await service.call("get_task", {"taskId": snap["taskId"], "detail": "prompt"})
@@ -251,19 +251,19 @@ async def test_refresh_replace_continue_and_detach(make: Factory) -> None:
     assert two["agentSession"]["attachmentId"] == first_id  # a refresh, not new lineage
     assert two["agentSession"]["metadata"] == {"a": "1", "b": "2"}
     assert two["agentSession"]["delegatedTurnId"] == two["jobId"]
-    replace = block(action="replace", runtime="fake", sessionId="s-2", reason="moved to s-2")
+    replace = block(op="replace", runtime="fake", sessionId="s-2", reason="moved to s-2")
     three = await run_to_end(service, task="@fake reply: 3", sessionKey=key, context=replace)
     assert three["agentSession"]["replacesAttachmentId"] == first_id
     assert three["agentSession"]["sessionId"] == "s-2"
     four = await run_to_end(
-        service, task="@fake reply: 4", sessionKey=key, context=block(action="continue", prompt="go on")
+        service, task="@fake reply: 4", sessionKey=key, context=block(op="continue", prompt="go on")
     )
     assert four["agentSession"]["delegatedTurnId"] == four["jobId"]
     continued = [c for c in fake.calls if c[0] == "continue"]
     assert continued[0][1].session_id == "s-2"
     assert continued[0][2].prompt == "go on"
     five = await run_to_end(
-        service, task="@fake reply: 5", sessionKey=key, context=block(action="detach", reason="done", stopRuntime=True)
+        service, task="@fake reply: 5", sessionKey=key, context=block(op="detach", reason="done", stopRuntime=True)
     )
     assert five["agentSession"] is None
     assert [c[2].reason for c in fake.calls if c[0] == "detach"] == ["done"]
@@ -284,7 +284,7 @@ async def test_detach_stops_the_runtime_only_with_stop_runtime_true(make: Factor
         service,
         task="@fake reply: 2",
         sessionKey=one["sessionKey"],
-        context=block(action="detach", reason="enough", stopRuntime=False),
+        context=block(op="detach", reason="enough", stopRuntime=False),
     )
     assert [c for c in fake.calls if c[0] == "detach"] == []
     read_only = FakeRuntime(sessions={"s-1": {"state": "running"}})
@@ -294,7 +294,7 @@ async def test_detach_stops_the_runtime_only_with_stop_runtime_true(make: Factor
         other,
         task="@fake reply: 2",
         sessionKey=one["sessionKey"],
-        context=block(action="detach", reason="stop it", stopRuntime=True),
+        context=block(op="detach", reason="stop it", stopRuntime=True),
     )
     lineage = await other.agent_sessions.lineage(one["sessionKey"])
     assert lineage[-1].status == "detached"
@@ -306,7 +306,7 @@ async def test_directives_apply_only_after_the_busy_check(make: Factory) -> None
     fake = FakeRuntime(sessions={"s-1": {"state": "running"}, "s-2": {"state": "running"}})
     service = await make(registry_with(fake))
     job = await service.call("run_task", {"task": "@fake delay-ms: 1500\n@fake reply: slow", "context": marker()})
-    replace = block(action="replace", runtime="fake", sessionId="s-2", reason="r")
+    replace = block(op="replace", runtime="fake", sessionId="s-2", reason="r")
     with pytest.raises(SessionBusyError):
         await service.call("run_task", {"task": "x", "sessionKey": job["sessionKey"], "context": replace})
     lineage = await service.agent_sessions.lineage(job["sessionKey"])

@@ -41,7 +41,7 @@ from clawstack.connect.errors import JobStoreError, SessionBusyError
 JobStatus = Literal["running", "completed", "completed_no_summary", "error", "cancelled"]
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "completed_no_summary", "error", "cancelled"})
 STORE_FILE: Final = "jobs.sqlite3"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: the caller column (who started the job), filled from each record
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +91,26 @@ class LogEntry:
     message: str
 
 
-_COLUMNS: Final = ("job_id", "task_id", "run_id", "agent", "session_key", "status", "created_at_ms", "updated_at_ms")
+_COLUMNS: Final = (
+    "job_id",
+    "task_id",
+    "run_id",
+    "agent",
+    "session_key",
+    "status",
+    "created_at_ms",
+    "updated_at_ms",
+    "caller",
+)
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS jobs (
         job_id TEXT PRIMARY KEY, task_id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL UNIQUE, agent TEXT NOT NULL,
         session_key TEXT NOT NULL, status TEXT NOT NULL, created_at_ms INTEGER NOT NULL,
-        updated_at_ms INTEGER NOT NULL, record TEXT NOT NULL)""",
+        updated_at_ms INTEGER NOT NULL, record TEXT NOT NULL, caller TEXT)""",
     "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, created_at_ms)",
     "CREATE INDEX IF NOT EXISTS jobs_session ON jobs (session_key, created_at_ms)",
     "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS jobs_caller ON jobs (caller, created_at_ms)",
     """CREATE TABLE IF NOT EXISTS logs (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, session_key TEXT NOT NULL,
         idx INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,
@@ -108,6 +119,23 @@ _SCHEMA: Final = (
 )
 _SELECT_JOB: Final = "SELECT record FROM jobs"
 _LOG_COLUMNS: Final = "seq, job_id, idx, at_ms, kind, message"
+
+
+def _migrate(db: sqlite3.Connection, found: int) -> None:
+    """Version 1 kept the caller only inside each record: give it its column."""
+    if found < 2:
+        db.execute("ALTER TABLE jobs ADD COLUMN caller TEXT")
+        db.execute("UPDATE jobs SET caller = json_extract(record, '$.caller')")
+
+
+Scope = str | None
+"""Whose jobs a query sees: a caller's name, or ``None`` for every job (an unauthenticated, single-user server)."""
+
+
+def _scoped(scope: Scope, where: str = "") -> tuple[str, tuple[Any, ...]]:
+    if scope is None:
+        return (f"WHERE {where}" if where else ""), ()
+    return (f"WHERE caller=? AND {where}" if where else "WHERE caller=?"), (scope,)
 
 
 def _encode(job: Job) -> tuple[Any, ...]:
@@ -175,7 +203,7 @@ class JobStore:
     def _connect(self) -> sqlite3.Connection:
         """Open and migrate; a :class:`sqlite3.DatabaseError` means the file is not a readable database."""
         try:
-            return open_database(self.path, _SCHEMA, SCHEMA_VERSION, check_integrity=True)
+            return open_database(self.path, _SCHEMA, SCHEMA_VERSION, check_integrity=True, migrate=_migrate)
         except DatabaseError as exc:
             raise JobStoreError(f"the job store cannot be used: {exc}") from exc
 
@@ -235,7 +263,7 @@ class JobStore:
                     activeJobId=row[0],
                     sessionKey=job.session_key,
                 )
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, record) VALUES (?,?,?,?,?,?,?,?,?)", _encode(job))
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}, record) VALUES (?,?,?,?,?,?,?,?,?,?)", _encode(job))
         return job
 
     def update(self, job: Job) -> Job:
@@ -283,30 +311,34 @@ class JobStore:
             rows = db.execute(f"{_SELECT_JOB} WHERE status='running' ORDER BY created_at_ms").fetchall()
         return [_decode(row[0]) for row in rows]
 
-    def recent(self, *, active_only: bool, limit: int) -> tuple[list[Job], int]:
-        """The newest ``limit`` jobs (only running ones with ``active_only``), and how many there are in all."""
-        where = "WHERE status='running'" if active_only else ""
+    def recent(self, *, active_only: bool, limit: int, scope: Scope = None) -> tuple[list[Job], int]:
+        """The newest ``limit`` jobs in ``scope`` (only running ones with ``active_only``), and how many there are
+        in all."""
+        where, args = _scoped(scope, "status='running'" if active_only else "")
         with self._read() as db:
-            total = int(db.execute(f"SELECT count(*) FROM jobs {where}").fetchone()[0])
-            rows = db.execute(f"{_SELECT_JOB} {where} ORDER BY created_at_ms DESC LIMIT ?", (limit,)).fetchall()
+            total = int(db.execute(f"SELECT count(*) FROM jobs {where}", args).fetchone()[0])
+            rows = db.execute(f"{_SELECT_JOB} {where} ORDER BY created_at_ms DESC LIMIT ?", (*args, limit)).fetchall()
         return [_decode(row[0]) for row in rows], total
 
-    def for_session(self, session_key: str) -> list[Job]:
-        """The session's jobs, oldest first."""
+    def for_session(self, session_key: str, scope: Scope = None) -> list[Job]:
+        """The session's jobs in ``scope``, oldest first."""
+        where, args = _scoped(scope, "session_key=?")
         with self._read() as db:
-            rows = db.execute(f"{_SELECT_JOB} WHERE session_key=? ORDER BY created_at_ms", (session_key,)).fetchall()
+            rows = db.execute(f"{_SELECT_JOB} {where} ORDER BY created_at_ms", (*args, session_key)).fetchall()
         return [_decode(row[0]) for row in rows]
 
-    def sessions(self, *, limit: int) -> list[tuple[str, int, Job]]:
-        """``(session key, job count, newest job)`` for the most recently used sessions."""
+    def sessions(self, *, limit: int, scope: Scope = None) -> list[tuple[str, int, Job]]:
+        """``(session key, job count, newest job)`` for the most recently used sessions in ``scope``."""
+        where, args = _scoped(scope)
+        caller = "" if scope is None else "AND j.caller = s.caller"
         with self._read() as db:
             rows = db.execute(
-                """SELECT j.record, s.n FROM (
-                       SELECT session_key, count(*) AS n, max(created_at_ms) AS last FROM jobs GROUP BY session_key
-                       ORDER BY last DESC LIMIT ?) AS s
-                   JOIN jobs AS j ON j.session_key = s.session_key AND j.created_at_ms = s.last
+                f"""SELECT j.record, s.n FROM (
+                       SELECT session_key, caller, count(*) AS n, max(created_at_ms) AS last FROM jobs {where}
+                       GROUP BY session_key ORDER BY last DESC LIMIT ?) AS s
+                   JOIN jobs AS j ON j.session_key = s.session_key AND j.created_at_ms = s.last {caller}
                    ORDER BY s.last DESC""",
-                (limit,),
+                (*args, limit),
             ).fetchall()
         seen: set[str] = set()
         result: list[tuple[str, int, Job]] = []
@@ -348,4 +380,4 @@ class JobStore:
         return [_log(row) for row in rows]
 
 
-__all__ = ["STORE_FILE", "TERMINAL_STATUSES", "Job", "JobStatus", "JobStore", "LogEntry"]
+__all__ = ["STORE_FILE", "TERMINAL_STATUSES", "Job", "JobStatus", "JobStore", "LogEntry", "Scope"]

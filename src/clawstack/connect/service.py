@@ -197,14 +197,14 @@ class ConnectService:
             if isinstance(args, RunTaskArgs):
                 return await self.run_task(args, caller=caller)
             if isinstance(args, CheckTaskArgs):
-                return await self.check_task(args)
+                return await self.check_task(args, caller=caller)
             if isinstance(args, GetTaskArgs):
-                return await self.get_task(args)
+                return await self.get_task(args, caller=caller)
             if isinstance(args, ListTasksArgs):
-                return await self.list_tasks(args)
+                return await self.list_tasks(args, caller=caller)
             if isinstance(args, GetSessionArgs):
-                return await self.get_session(args)
-            return await self.list_sessions()
+                return await self.get_session(args, caller=caller)
+            return await self.list_sessions(caller=caller)
         except ToolError:
             raise
         except ConnectError as exc:
@@ -214,6 +214,12 @@ class ConnectService:
 
     async def run_task(self, args: RunTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
         agent = self._agent(args.agent)
+        if args.sessionKey is not None and caller is not None:
+            owners = {j.caller for j in await asyncio.to_thread(self.store.for_session, args.sessionKey)}
+            if owners - {caller}:
+                raise ToolError(
+                    "sessionKey: the session belongs to another caller", code="session_mismatch", field="sessionKey"
+                )
         parsed = parse_context(args.context)
         if parsed.problem is not None:
             _log.warning("an agent-session directive was ignored: %s", parsed.problem)
@@ -246,8 +252,8 @@ class ConnectService:
             "nextAction": next_action(job),
         }
 
-    async def check_task(self, args: CheckTaskArgs) -> dict[str, Any]:
-        job = await self._job(args.jobId, "jobId")
+    async def check_task(self, args: CheckTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+        job = await self._job(args.jobId, "jobId", caller)
         if args.sessionKey is not None and args.sessionKey != job.session_key:
             raise ToolError(
                 "sessionKey: the job belongs to another session", code="session_mismatch", field="sessionKey"
@@ -256,7 +262,7 @@ class ConnectService:
             raise ToolError("agent: the job belongs to another agent", code="agent_mismatch", field="agent")
         if args.mode == "wait" and not job.terminal:
             await self._wait_for_end(job.job_id, clamp_wait_ms(args.waitMs) / 1000)
-            job = await self._job(job.job_id, "jobId")
+            job = await self._job(job.job_id, "jobId", caller)
         attachment = await self.agent_sessions.read(job.session_key)
         job = await self._recover(job, attachment)
         known = max(0, args.knownLogCount or 0)
@@ -264,8 +270,8 @@ class ConnectService:
         view, agent_session = self._with_attachment(job, attachment)
         return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
-    async def get_task(self, args: GetTaskArgs) -> dict[str, Any]:
-        job = await self._job(args.taskId, "taskId")
+    async def get_task(self, args: GetTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+        job = await self._job(args.taskId, "taskId", caller)
         attachment = await self.agent_sessions.read(job.session_key)
         job = await self._recover(job, attachment)
         logs = None
@@ -274,14 +280,16 @@ class ConnectService:
         view, agent_session = self._with_attachment(job, attachment)
         return detail_snapshot(view, args.detail, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
-    async def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
-        jobs, total = await asyncio.to_thread(self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT)
+    async def list_tasks(self, args: ListTasksArgs, *, caller: str | None = None) -> dict[str, Any]:
+        jobs, total = await asyncio.to_thread(
+            self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT, scope=caller
+        )
         now = self._now_ms()
         tasks = [preview(self._live.get(job.job_id, job), now) for job in jobs]
         return {"view": args.view, "tasks": tasks, "total": total, "truncated": total > len(tasks)}
 
-    async def get_session(self, args: GetSessionArgs) -> dict[str, Any]:
-        jobs = await asyncio.to_thread(self.store.for_session, args.sessionId)
+    async def get_session(self, args: GetSessionArgs, *, caller: str | None = None) -> dict[str, Any]:
+        jobs = await asyncio.to_thread(self.store.for_session, args.sessionId, caller)
         if args.agent is not None:
             jobs = [job for job in jobs if job.agent == args.agent]
         result: dict[str, Any] = {"sessionId": args.sessionId, "found": bool(jobs), "mode": args.mode}
@@ -301,11 +309,12 @@ class ConnectService:
                 next_after = entries[-1].seq
         result["events"] = events
         result["nextAfter"] = next_after
-        result["agentSession"] = self.agent_sessions.render(await self.agent_sessions.read(args.sessionId))
+        attachment = await self.agent_sessions.read(args.sessionId) if jobs or caller is None else None
+        result["agentSession"] = self.agent_sessions.render(attachment)
         return result
 
-    async def list_sessions(self) -> dict[str, Any]:
-        rows = await asyncio.to_thread(self.store.sessions, limit=LIST_LIMIT)
+    async def list_sessions(self, *, caller: str | None = None) -> dict[str, Any]:
+        rows = await asyncio.to_thread(self.store.sessions, limit=LIST_LIMIT, scope=caller)
         now = self._now_ms()
         sessions = []
         for key, count, job in rows:
@@ -445,11 +454,15 @@ class ConnectService:
                 field="agent",
             ) from None
 
-    async def _job(self, ident: str, field: str) -> Job:
+    async def _job(self, ident: str, field: str, caller: str | None = None) -> Job:
+        """The job ``ident`` names; another caller's job is refused exactly as an unknown id is (``caller`` ``None``:
+        an unauthenticated server, where every job is the one user's)."""
         job = self._live.get(ident)
         if job is None:
             lookup = self.store.get_by_task if ident.startswith("task_") else self.store.get
             job = await asyncio.to_thread(lookup, ident)
+        if job is not None and caller is not None and job.caller != caller:
+            job = None
         if job is None:
             code = "task_not_found" if field == "taskId" else "job_not_found"
             raise ToolError(f"{field}: no task has this id", code=code, field=field)

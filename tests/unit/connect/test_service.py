@@ -5,39 +5,17 @@ from __future__ import annotations
 
 import ast
 import types
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import clawstack.connect
-from clawstack.connect import ConnectService, JobStore, ToolError, parse_agents
+from clawstack.connect import ConnectService, JobStore, ToolError
 from clawstack.gateway.server import GatewayServer
-from tests.unit.connect.conftest import PASSWORD
+from tests.unit.connect.conftest import PASSWORD, agents_for
 
 WAIT = {"waitMs": 10000}
-
-
-def agents_for(url: str, *, openclaw_agent: str = "main") -> Any:
-    return parse_agents(
-        {
-            "agents": [
-                {"id": "house", "url": url, "password": PASSWORD, "openclawAgentId": openclaw_agent},
-                {"id": "ghost", "url": url, "password": PASSWORD, "openclawAgentId": "ghost"},
-            ]
-        }
-    )
-
-
-@pytest.fixture
-async def service(tmp_path: Path, gateway: GatewayServer) -> AsyncIterator[ConnectService]:
-    svc = ConnectService(agents_for(gateway.url), JobStore(tmp_path / "jobs" / "jobs.sqlite3"))
-    await svc.start()
-    try:
-        yield svc
-    finally:
-        await svc.stop()
 
 
 async def run_to_end(service: ConnectService, **arguments: Any) -> dict[str, Any]:

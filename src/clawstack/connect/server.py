@@ -1,4 +1,4 @@
-"""The MCP server: the six tools of :class:`~clawstack.connect.service.ConnectService` on the official SDK's
+"""The MCP server: the seven tools of :class:`~clawstack.connect.service.ConnectService` on the official SDK's
 low-level :class:`mcp.server.lowlevel.Server`, whatever the transport (stdio here, Streamable HTTP in
 :mod:`clawstack.connect.http`). Both transports build their server with :func:`create_mcp_server`, so they serve
 the identical tool list.

@@ -1,4 +1,4 @@
-"""ClawConnect's core, whatever the transport: the six tools over the job store and the gateway clients.
+"""ClawConnect's core, whatever the transport: the seven tools over the job store and the gateway clients.
 
 :class:`ConnectService` owns the :class:`~clawstack.connect.jobs.JobStore`, one
 :class:`~clawstack.connect.gateway_client.GatewayClient` per agent (started on first use) and one
@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from clawstack.common.clock import Clock, SystemClock
 from clawstack.common.ids import new_id, new_uuid
 from clawstack.connect.agent_session.attachments import Attachment
-from clawstack.connect.agent_session.directives import parse_context
+from clawstack.connect.agent_session.directives import Directive, parse_context
 from clawstack.connect.agent_session.dispatch import call_timeout_ms_from_env
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.agent_session.sessions import RECOVERED_REASON, RESULT_SOURCE, AgentSessions
@@ -42,6 +42,7 @@ from clawstack.connect.gateway_client import GatewayClient
 from clawstack.connect.jobs import Job, JobStore
 from clawstack.connect.snapshots import Observed, detail_snapshot, log_line, next_action, preview, task_snapshot
 from clawstack.connect.tools import (
+    CancelTaskArgs,
     CheckTaskArgs,
     GetSessionArgs,
     GetTaskArgs,
@@ -55,6 +56,8 @@ from clawstack.connect.tools import (
 ClientFactory = Callable[[Agent], GatewayClient]
 LIST_LIMIT: Final = 100
 ACTIVE_WINDOW_S: Final = 30.0
+CANCEL_WAIT_S: Final = 10.0
+"""How long cancel_task waits for the gateway to have the run, and then for the run's abort to be seen."""
 _SEGMENT_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 _KEY_RE: Final = re.compile(r"agent:[^\s]{1,250}")
 _log = logging.getLogger(__name__)
@@ -198,6 +201,8 @@ class ConnectService:
                 return await self.run_task(args, caller=caller)
             if isinstance(args, CheckTaskArgs):
                 return await self.check_task(args, caller=caller)
+            if isinstance(args, CancelTaskArgs):
+                return await self.cancel_task(args, caller=caller)
             if isinstance(args, GetTaskArgs):
                 return await self.get_task(args, caller=caller)
             if isinstance(args, ListTasksArgs):
@@ -267,6 +272,47 @@ class ConnectService:
         job = await self._recover(job, attachment)
         known = max(0, args.knownLogCount or 0)
         logs = await asyncio.to_thread(self.store.logs, job.job_id, since_index=known)
+        view, agent_session = self._with_attachment(job, attachment)
+        return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
+
+    async def cancel_task(self, args: CancelTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+        """Abort the job's gateway run (``chat.abort``) and answer once the job ended ``cancelled``.
+
+        The run is aborted only once the gateway has accepted it (so a ``chat.send`` still on its way cannot start
+        it after the abort); until then the call is refused as retryable (``gateway_unavailable``). Cancelling a
+        cancelled job answers its snapshot again; a job that ended otherwise is refused (``task_terminal``).
+        """
+        job = await self._job(args.jobId, "jobId", caller)
+        if job.terminal and job.status != "cancelled":
+            raise ToolError(
+                f"jobId: the task already ended ({job.status}); a finished task cannot be cancelled",
+                code="task_terminal",
+                field="jobId",
+            )
+        if not job.terminal:
+            deadline = self._clock.monotonic() + CANCEL_WAIT_S
+            while not (job.submitted or job.terminal) and self._clock.monotonic() < deadline:
+                await self._clock.sleep(0.05)
+                job = await self._job(job.job_id, "jobId", caller)
+            if not (job.submitted or job.terminal):
+                raise ToolError(
+                    "the gateway has not accepted the task's run yet, so it cannot be aborted; try again",
+                    code="gateway_unavailable",
+                    retryable=True,
+                )
+        if not job.terminal:
+            client = await self._client(self.agents.get(job.agent))
+            try:
+                await client.request("chat.abort", {"sessionKey": job.session_key, "runId": job.run_id})
+            except ConnectError as exc:
+                raise ToolError(f"the gateway could not abort the run: {exc.message}", code=exc.code) from exc
+            await self._wait_for_end(job.job_id, CANCEL_WAIT_S)
+            job = await self._job(job.job_id, "jobId", caller)
+        if args.stopAgentSession:
+            stop = Directive(action="detach", reason="the task was cancelled", stop_runtime=True)
+            await self.agent_sessions.apply(job.session_key, job.job_id, stop, job.prompt.get("task") or "")
+        attachment = await self.agent_sessions.read(job.session_key)
+        logs = await asyncio.to_thread(self.store.logs, job.job_id)
         view, agent_session = self._with_attachment(job, attachment)
         return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 

@@ -1,6 +1,7 @@
-"""The six MCP tools: names, descriptions, argument schemas and argument parsing.
+"""The seven MCP tools: names, descriptions, argument schemas and argument parsing.
 
-``run_task`` is the only tool that changes anything; every other description begins ``READ ONLY:``. Arguments are
+``run_task`` and ``cancel_task`` are the tools that change anything; every other description begins
+``READ ONLY:``. Arguments are
 closed objects checked strictly (no coercion: ``"5000"`` is not a number); a missing or wrong-typed argument is a
 :class:`~clawstack.connect.errors.ToolError` with code ``invalid_arguments`` naming the argument, never its value.
 """
@@ -80,6 +81,14 @@ class ListSessionsArgs(_Args):
     pass
 
 
+class CancelTaskArgs(_Args):
+    jobId: Name
+    stopAgentSession: Annotated[
+        bool,
+        Field(description="Also stop the attached agent session in its runtime (detach with stopRuntime: true)."),
+    ] = False
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: its name, description, argument model and whether it only reads."""
@@ -139,6 +148,14 @@ TOOLS: Final[tuple[ToolSpec, ...]] = (
         ListSessionsArgs,
         read_only=True,
     ),
+    ToolSpec(
+        "cancel_task",
+        "Cancel a running task started with run_task: its gateway run is aborted and the task ends cancelled "
+        "(terminalReason aborted). Cancelling it again answers the same; a task that already ended otherwise is "
+        "refused (task_terminal). An attached agent session is stopped only with stopAgentSession: true.",
+        CancelTaskArgs,
+        read_only=False,
+    ),
 )
 TOOLS_BY_NAME: Final[dict[str, ToolSpec]] = {spec.name: spec for spec in TOOLS}
 
@@ -185,6 +202,7 @@ __all__ = [
     "MIN_WAIT_MS",
     "READ_ONLY_PREFIX",
     "TOOLS",
+    "CancelTaskArgs",
     "CheckTaskArgs",
     "GetSessionArgs",
     "GetTaskArgs",

@@ -111,10 +111,11 @@ async def test_both_transports_serve_the_identical_tool_list(tmp_path: Path, gat
         "list_tasks",
         "get_session",
         "list_sessions",
+        "cancel_task",
     ]
     for tool in over_stdio:
         assert tool.description is not None
-        assert tool.description.startswith("READ ONLY:") == (tool.name != "run_task")
+        assert tool.description.startswith("READ ONLY:") == (tool.name not in ("run_task", "cancel_task"))
 
 
 async def test_a_task_runs_to_completion_over_stdio(

@@ -25,7 +25,7 @@ from tests.integration.gateway import peers
 
 pytestmark = peers.inspector_marks()
 
-TOOLS = ["run_task", "check_task", "get_task", "list_tasks", "get_session", "list_sessions"]
+TOOLS = ["run_task", "check_task", "get_task", "list_tasks", "get_session", "list_sessions", "cancel_task"]
 RUN_S = 120.0
 
 

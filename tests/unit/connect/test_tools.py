@@ -24,10 +24,12 @@ ARGUMENTS = {
     "list_tasks": (set(), {"view"}),
     "get_session": ({"sessionId"}, {"sessionId", "mode", "limit", "after", "agent"}),
     "list_sessions": (set(), set()),
+    "cancel_task": ({"jobId"}, {"jobId", "stopAgentSession"}),
 }
+WRITES = {"run_task", "cancel_task"}
 
 
-def test_the_six_tools_and_their_arguments() -> None:
+def test_the_seven_tools_and_their_arguments() -> None:
     assert [spec.name for spec in TOOLS] == list(ARGUMENTS)
     for tool in tool_definitions():
         required, allowed = ARGUMENTS[tool.name]
@@ -37,9 +39,9 @@ def test_the_six_tools_and_their_arguments() -> None:
         assert set(schema["properties"]) == allowed
         assert set(schema.get("required", [])) == required
         assert tool.description is not None
-        assert tool.description.startswith("READ ONLY: ") == (tool.name != "run_task")
+        assert tool.description.startswith("READ ONLY: ") == (tool.name not in WRITES)
         assert tool.annotations is not None
-        assert tool.annotations.read_only_hint is (tool.name != "run_task")
+        assert tool.annotations.read_only_hint is (tool.name not in WRITES)
 
 
 def test_enumerations_in_the_schemas() -> None:

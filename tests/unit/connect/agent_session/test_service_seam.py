@@ -103,6 +103,7 @@ async def test_with_no_runtime_registered_nothing_changes(
         "list_tasks",
         "get_session",
         "list_sessions",
+        "cancel_task",
     ]
     assert not (tmp_path / "seamed" / "agent_sessions.sqlite3").exists()
     assert not (tmp_path / "plain" / "agent_sessions.sqlite3").exists()

@@ -243,11 +243,11 @@ class ConnectService:
             caller=caller,
         )
         await asyncio.to_thread(self.store.create, job)
-        if parsed.directive is not None:
-            # Only now: the busy check has passed and the job is on disk.
-            await self.agent_sessions.apply(job.session_key, job.job_id, parsed.directive, args.task)
         self._live[job.job_id] = job
         self._follow(job.job_id, recovering=False)
+        if parsed.directive is not None:
+            # Only now: the busy check has passed and the job is on disk and submitting, whatever the callback does.
+            await self.agent_sessions.apply(job.session_key, job.job_id, parsed.directive, args.task)
         return {
             "jobId": job.job_id,
             "taskId": job.task_id,
@@ -265,10 +265,14 @@ class ConnectService:
             )
         if args.agent is not None and args.agent != job.agent:
             raise ToolError("agent: the job belongs to another agent", code="agent_mismatch", field="agent")
+        wait_s = clamp_wait_ms(args.waitMs) / 1000 if args.mode == "wait" else 0.0
+        started = self._clock.monotonic()
         if args.mode == "wait" and not job.terminal:
-            await self._wait_for_end(job.job_id, clamp_wait_ms(args.waitMs) / 1000)
+            await self._wait_for_end(job.job_id, wait_s)
             job = await self._job(job.job_id, "jobId", caller)
-        attachment = await self.agent_sessions.read(job.session_key)
+        # A poll answers from the stored attachment; a wait lets its refresh land within what is left of waitMs.
+        left_s = max(0.0, wait_s - (self._clock.monotonic() - started))
+        attachment = await self.agent_sessions.read(job.session_key, wait_s=left_s)
         job = await self._recover(job, attachment)
         known = max(0, args.knownLogCount or 0)
         logs = await asyncio.to_thread(self.store.logs, job.job_id, since_index=known)

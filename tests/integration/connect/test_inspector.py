@@ -64,7 +64,7 @@ def test_the_inspector_lists_the_tools_and_runs_a_task(
     listed = inspector(tmp_path, gateway, "--method", "tools/list")
     assert [tool["name"] for tool in listed["tools"]] == TOOLS
     for tool in listed["tools"]:
-        assert tool["description"].startswith("READ ONLY:") == (tool["name"] != "run_task")
+        assert tool["description"].startswith("READ ONLY:") == (tool["name"] not in ("run_task", "cancel_task"))
         assert tool["inputSchema"]["type"] == "object"
     run_task = listed["tools"][0]
     assert run_task["inputSchema"]["required"] == ["task"]

@@ -5,9 +5,10 @@ A host fills an :class:`AgentSessionRuntimeRegistry` (in code, or through host m
 :class:`~clawstack.connect.service.ConnectService` and the server factories; nothing here is global, and this
 package ships no runtime. A ``run_task`` context may carry a marker or a directive block
 (:mod:`~clawstack.connect.agent_session.directives`); the attachment it makes is stored durably
-(:mod:`~clawstack.connect.agent_session.store`), read through the runtime's ``inspect`` callback when a tool asks
-(:mod:`~clawstack.connect.agent_session.dispatch`), normalised
-(:mod:`~clawstack.connect.agent_session.normalize`) and shown as ``agentSession`` on task snapshots.
+(:mod:`~clawstack.connect.agent_session.store`), shown from the stored record when a tool asks and refreshed
+through the runtime's ``inspect`` callback in the background (:mod:`~clawstack.connect.agent_session.sessions`,
+:mod:`~clawstack.connect.agent_session.dispatch`), normalised (:mod:`~clawstack.connect.agent_session.normalize`)
+and shown as ``agentSession`` on task snapshots (:mod:`~clawstack.connect.agent_session.views`).
 docs/connect.md ("Managed agent sessions") is the guide.
 """
 

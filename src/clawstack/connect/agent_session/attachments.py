@@ -4,9 +4,11 @@ A conversation (a gateway session key) has at most one ``current`` attachment. R
 refreshes it; any other attach, and every replace, mints a new record chained by ``replacesAttachmentId`` and
 marks the old one ``superseded`` with its reason; detach marks it ``detached``. Records are never deleted.
 
-The record keeps the last state a runtime (or the host's marker) *reported* apart from the last read's error: a
-failed read sets ``last_error`` and never changes ``reported_state``. Read back, a record with an error shows
-``state: "unavailable"`` and carries the reported state as ``lastReportedState``.
+The record keeps the last state a runtime (or the host's marker) *reported* apart from the last call's error: a
+failed call sets ``last_error`` and never changes ``reported_state`` or ``observation``. Read back after a failed
+read (``inspect``), a record shows ``state: "unavailable"`` (could not be reached from here, not evidence that the
+session failed) and carries the reported state as ``lastReportedState``; a failed ``continue`` or ``detach`` leaves
+``state`` alone.
 """
 
 from __future__ import annotations
@@ -62,9 +64,14 @@ class Attachment:
         )
 
     @property
+    def read_failed(self) -> bool:
+        """Whether the last read (``inspect``) of the session failed; a failed ``continue`` or ``detach`` is not one."""
+        return self.last_error is not None and self.last_error.get("operation") == "inspect"
+
+    @property
     def state(self) -> State:
         """The state as read now: ``unavailable`` after a failed read, else the last reported (or ``unknown``)."""
-        if self.last_error is not None:
+        if self.read_failed:
             return "unavailable"
         return self.reported_state or "unknown"
 

@@ -1,10 +1,12 @@
 """Dispatch of exactly one operation to exactly one already-known session; it never raises.
 
 Every callback runs under a wall-clock deadline applied here (``AGENT_SESSION_CALL_TIMEOUT_MS``, 60 s by default,
-overridable per call), with a :class:`~clawstack.connect.agent_session.types.CallOptions` ``signal`` that is set
-when the caller's cancellation fires or the deadline passes. A callback that ignores the signal is abandoned at
-the deadline (cancelled, never awaited again), so a hung host cannot wedge a task. Failures come back as a
-:class:`DispatchResult` whose ``error`` carries a branchable code:
+overridable per call with ``timeout_ms``, never past ``max_call_timeout_ms``), with a
+:class:`~clawstack.connect.agent_session.types.CallOptions` ``signal`` merging the caller's with that deadline: it is
+set when the deadline passes, when the caller's ``cancel`` event fires, or when the caller's own task is cancelled
+(the ClawConnect operation that triggered the call was). A callback still running then is abandoned (cancelled,
+never awaited again), so a hung host cannot wedge a task. Failures come back as a :class:`DispatchResult` whose
+``error`` carries a branchable code:
 
 ========================= ==========================================================
 ``unknown_runtime``       no runtime with that id is registered in this build
@@ -97,11 +99,25 @@ class DispatchResult:
 class Dispatcher:
     """Runs one callback for one session under the seam's deadline; see the module docstring."""
 
-    def __init__(self, registry: AgentSessionRuntimeRegistry, *, call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS):
-        if call_timeout_ms <= 0:
-            raise ValueError("call_timeout_ms must be positive")
+    def __init__(
+        self,
+        registry: AgentSessionRuntimeRegistry,
+        *,
+        call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS,
+        max_call_timeout_ms: int = MAX_CALL_TIMEOUT_MS,
+    ):
+        if not 0 < call_timeout_ms <= max_call_timeout_ms:
+            raise ValueError("call_timeout_ms must be positive and at most max_call_timeout_ms")
         self.registry = registry
         self.call_timeout_ms = call_timeout_ms
+        self.max_call_timeout_ms = max_call_timeout_ms
+
+    def deadline_ms(self, timeout_ms: int | None) -> int:
+        """The deadline of one call: ``timeout_ms`` (a positive integer, capped at ``max_call_timeout_ms``), else
+        the configured one."""
+        if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) and timeout_ms > 0:
+            return min(timeout_ms, self.max_call_timeout_ms)
+        return self.call_timeout_ms
 
     async def inspect(self, ref: AgentSessionRef, **kwargs: Any) -> DispatchResult:
         return await self.dispatch("inspect", ref, **kwargs)
@@ -127,7 +143,7 @@ class Dispatcher:
         callback: Any = {"inspect": entry.inspect, "continue": entry.continue_, "detach": entry.detach}[operation]
         if callback is None:
             return failed("unsupported_operation", f"the runtime registered no {operation} callback")
-        deadline_ms = self.call_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
+        deadline_ms = self.deadline_ms(timeout_ms)
         signal = asyncio.Event()
         options = CallOptions(signal=signal, deadline_ms=deadline_ms)
         if operation == "inspect":
@@ -147,9 +163,12 @@ class Dispatcher:
         finally:
             if cancelled is not None:
                 cancelled.cancel()
+            if not task.done():
+                # The deadline passed, the caller's event fired, or the caller's own task is being cancelled (then
+                # its CancelledError goes on propagating): in every case the callback is told, then abandoned.
+                signal.set()
+                _abandon(task)
         if not task.done():
-            signal.set()
-            _abandon(task)
             if cancel is not None and cancel.is_set():
                 return failed(f"{operation}_failed", f"the {operation} call was cancelled by its caller")
             return failed(f"{operation}_timeout", f"the runtime did not answer {operation} within {deadline_ms} ms")
@@ -195,6 +214,7 @@ def default_call_timeout_ms() -> int:
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_MS",
+    "MAX_CALL_TIMEOUT_MS",
     "TIMEOUT_ENV",
     "DispatchError",
     "DispatchResult",

@@ -3,8 +3,9 @@
 * Identity comes from the request, never the reply: an observation has no runtime or session id at all.
 * The state vocabulary is closed; anything else (or a reply that is not a mapping) reads ``unknown``.
 * ``finalResponse`` exists only in a completed-turn state (``idle``, ``completed``).
-* ``terminated`` is true only in a terminal state (``completed``, ``dead``, ``failed``): the runtime's own
-  boolean when it gave one, else derived from the state.
+* ``terminated`` is true only in a terminal state (``idle``, ``completed``, ``dead``, ``failed``): the runtime's
+  own boolean when it gave one, else derived from the state. ``idle`` and ``completed`` are both a completed turn
+  and get the same liveness (``terminated``, ``alive``).
 * ``lastEventAt`` is epoch milliseconds, from epoch seconds, epoch milliseconds or an ISO 8601 string with an
   offset; anything it cannot date is ``None``.
 * Metadata keeps string keys with string values only.
@@ -27,7 +28,7 @@ MAX_METADATA_VALUE_CHARS: Final = 4096
 MS_EPOCH_THRESHOLD: Final = 100_000_000_000
 """A number at least this large is taken as epoch milliseconds (in seconds it would be the year 5138)."""
 MAX_EPOCH_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-_ALIVE_STATES: Final = frozenset({"starting", "running", "idle", "needs_input", "needs_permission", "stale"})
+_ALIVE_STATES: Final = frozenset({"starting", "running", "needs_input", "needs_permission", "stale"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +130,8 @@ def normalize_observation(reply: object) -> Observation:
         alive = False
     elif isinstance(said_alive, bool):
         alive = said_alive
-    elif state in _ALIVE_STATES or state == "completed":
-        alive = True
+    elif state in _ALIVE_STATES or state in COMPLETED_TURN_STATES:
+        alive = True  # a completed turn the runtime says is not terminated
     elif state in ("dead", "failed"):
         alive = False
     else:

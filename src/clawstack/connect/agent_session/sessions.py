@@ -5,36 +5,48 @@ when its file exists, created on the first directive, so a deployment that never
 it) and a :class:`~clawstack.connect.agent_session.dispatch.Dispatcher` over the injected registry. Nothing here
 raises into a tool call: a store or runtime failure is logged and reported, and a task never fails because of it.
 
-**Freshness.** Every call out takes a monotonic ``observationToken`` first; its result is written only if the
-attachment is still current, still bound to the same delegated turn, and the token is newer than the stored one,
-so a slow read landing after a newer one is discarded. Tokens resume above the highest stored one after a restart.
-Reads happen only when a tool call asks (``check_task``, ``get_task``, ``get_session``); nothing pushes a managed
-session's state into a running job.
+**One current session.** A marker or ``attach`` naming the current session refreshes it; naming another one while
+a session is current is ignored with a warning (attaching something else takes an explicit ``replace`` with its
+reason, which mints the new record chained by ``replacesAttachmentId``).
+
+**Freshness.** Every call out (``inspect``, ``continue``, ``detach``) takes a monotonic ``observationToken``
+first; its observation is written only if the attachment is still current, still bound to the same delegated
+turn, and the token is newer than the stored one, so a slow read landing after a newer one is discarded. A failed
+``continue`` or ``detach`` is recorded as ``lastError`` even after a newer read (no reading supersedes a
+command's failure); a failed call never changes the reported state. Tokens resume above the highest stored one
+after a restart.
+
+**Reads.** :meth:`AgentSessions.read` answers from the stored record and refreshes it through ``inspect`` in the
+background, at most one refresh in flight per attachment, so the next read sees the result; a caller that agreed
+to wait may give the refresh a bounded time to land. Reads happen only when a tool call asks (``check_task``,
+``get_task``, ``get_session``, ``cancel_task``), write nothing but the observation (state, observation, error,
+token) and nothing pushes a managed session's state into a running job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_id
+from clawstack.connect.agent_session import views
 from clawstack.connect.agent_session.attachments import Attachment
 from clawstack.connect.agent_session.directives import Directive
 from clawstack.connect.agent_session.dispatch import Dispatcher, DispatchResult
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.agent_session.store import STORE_FILE, AttachmentStore
-from clawstack.connect.agent_session.types import BLOCKED_STATES, COMPLETED_TURN_STATES, ContinueRequest, DetachRequest
+from clawstack.connect.agent_session.types import ContinueRequest, DetachRequest, Operation
+from clawstack.connect.agent_session.views import RECOVERED_REASON, RESULT_SOURCE
 from clawstack.connect.errors import ConnectError
 from clawstack.connect.snapshots import iso_ms
 
-RESULT_SOURCE: Final = "agent-session"
-RECOVERED_REASON: Final = "agent_session"
 _log = logging.getLogger(__name__)
 
 
@@ -50,6 +62,8 @@ class AgentSessions:
         self._clock = clock
         self._tokens: itertools.count[int] | None = None
         self._lock = asyncio.Lock()
+        self._refreshes: dict[str, asyncio.Task[None]] = {}
+        """The refresh in flight per attachment id."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -59,6 +73,12 @@ class AgentSessions:
             await self._open()
 
     async def stop(self) -> None:
+        """Abort the refreshes in flight (each callback's signal is set) and close the store."""
+        refreshes = list(self._refreshes.values())
+        for task in refreshes:
+            task.cancel()
+        if refreshes:
+            await asyncio.wait(refreshes)
         await asyncio.to_thread(self.store.close)
 
     async def _open(self) -> bool:
@@ -84,7 +104,8 @@ class AgentSessions:
     # -- directives --------------------------------------------------------------------------------------------
 
     async def apply(self, session_key: str, turn_id: str, directive: Directive, task: str) -> None:
-        """Apply ``directive`` for the turn ``turn_id`` (a job id) of conversation ``session_key``; never raises."""
+        """Apply ``directive`` for the turn ``turn_id`` (a job id) of conversation ``session_key``; never raises
+        (a caller's cancellation propagates, after the callback it interrupted was signalled)."""
         if not await self._open():
             return
         try:
@@ -94,19 +115,25 @@ class AgentSessions:
 
     async def _apply(self, key: str, turn_id: str, d: Directive, task: str) -> None:
         current = await asyncio.to_thread(self.store.current, key)
-        if d.action in ("attach", "replace"):
-            same = current is not None and (current.runtime, current.session_id) == (d.runtime, d.session_id)
-            if d.action == "attach" and current is not None and same:
-                await asyncio.to_thread(
-                    self.store.update_current, key, current.attachment_id, self._refresh(d, turn_id)
-                )
-            else:
-                reason = d.reason or "another session was attached"
-                await asyncio.to_thread(self.store.attach, self._new(key, turn_id, d), supersede_reason=reason)
+        if d.action == "replace" or (d.action == "attach" and current is None):
+            await asyncio.to_thread(self.store.attach, self._new(key, turn_id, d), supersede_reason=d.reason)
             return
-        if current is None or (
-            d.runtime is not None and (current.runtime, current.session_id) != (d.runtime, d.session_id)
-        ):
+        if current is None:
+            _log.info("agent-session %s ignored: the conversation has no current attachment", d.action)
+            return
+        same = d.runtime is None or (current.runtime, current.session_id) == (d.runtime, d.session_id)
+        if d.action == "attach" and same:
+            await asyncio.to_thread(self.store.update_current, key, current.attachment_id, self._refresh(d, turn_id))
+            return
+        if d.action == "attach":
+            # Names no value (the ids are the host's); the conversation keeps its session.
+            _log.warning(
+                "an agent-session %s was ignored: it names another session than the conversation's current one, "
+                "and attaching something else takes an explicit replace",
+                "marker" if d.from_marker else "attach directive",
+            )
+            return
+        if not same:
             _log.info("agent-session %s ignored: it names no current attachment of the conversation", d.action)
             return
         if d.action == "inspect":
@@ -168,47 +195,49 @@ class AgentSessions:
         return update
 
     async def _detach(self, current: Attachment, d: Directive) -> None:
-        result: DispatchResult | None = None
+        token = self._token()  # taken before calling out, as for every call
         if d.stop_runtime:
-            self._token()
             request = DetachRequest(d.reason or "", True)
             result = await self.dispatcher.dispatch("detach", current.ref, request, last_state=current.reported_state)
-        observe = self._observe(result) if result is not None else None
+            await self._write(current, current.delegated_turn_id, token, result)
 
         def update(a: Attachment) -> Attachment:
-            a = observe(a) if observe is not None else a
-            return dataclasses.replace(a, reason=d.reason, updated_at_ms=self._now_ms())
+            return dataclasses.replace(
+                a, reason=d.reason, observation_token=max(token, a.observation_token), updated_at_ms=self._now_ms()
+            )
 
         await asyncio.to_thread(self.store.detach, current.session_key, current.attachment_id, update)
 
-    # -- reads -------------------------------------------------------------------------------------------------
+    # -- calls and reads ---------------------------------------------------------------------------------------
 
     def _observe(self, result: DispatchResult) -> Callable[[Attachment], Attachment]:
+        """What a call's result writes: the observation, or the error (the reported state is kept)."""
         now = self._now_ms()
 
         def update(a: Attachment) -> Attachment:
             if result.error is not None:
                 error = {**result.error.to_json(), "operation": result.operation, "at": iso_ms(now)}
                 return dataclasses.replace(a, last_error=error, updated_at_ms=now)
+            # Reaching the session answers a failed read, not another operation's failure.
+            previous = a.last_error
+            kept = None if previous is None or previous.get("operation") in (result.operation, "inspect") else previous
             observation = result.observation
             return dataclasses.replace(
                 a,
                 reported_state=observation.state,
                 observation=observation,
                 observed_at_ms=now,
-                last_error=None,
+                last_error=kept,
                 updated_at_ms=now,
             )
 
         return update
 
-    async def _call(
-        self, attachment: Attachment, turn_id: str | None, operation: Any, request: Any = None
+    async def _write(
+        self, attachment: Attachment, turn_id: str | None, token: int, result: DispatchResult
     ) -> Attachment | None:
-        token = self._token()  # taken before calling out
-        result = await self.dispatcher.dispatch(
-            operation, attachment.ref, request, last_state=attachment.reported_state
-        )
+        # A failed continue or detach is a command's outcome, which no newer reading supersedes.
+        commanded_failure = not result.ok and result.operation != "inspect"
         return await asyncio.to_thread(
             self.store.write_if_fresh,
             attachment.session_key,
@@ -216,92 +245,93 @@ class AgentSessions:
             turn_id,
             token,
             self._observe(result),
+            require_newer=not commanded_failure,
         )
 
-    async def read(self, session_key: str) -> Attachment | None:
-        """Inspect the conversation's current attachment (freshness-guarded) and return it as stored afterwards;
-        ``None`` when there is none. A keyed lookup: nothing happens for a conversation without one."""
+    async def _call(
+        self, attachment: Attachment, turn_id: str | None, operation: Operation, request: Any = None
+    ) -> Attachment | None:
+        token = self._token()  # taken before calling out
+        result = await self.dispatcher.dispatch(
+            operation, attachment.ref, request, last_state=attachment.reported_state
+        )
+        return await self._write(attachment, turn_id, token, result)
+
+    async def read(self, session_key: str, *, wait_s: float = 0.0) -> Attachment | None:
+        """The conversation's current attachment, ``None`` when there is none (a keyed lookup: nothing else happens
+        for a conversation without one).
+
+        The stored record is answered at once and refreshed through ``inspect`` in the background (joining the
+        refresh in flight for this attachment, if any); the next read sees the result. With ``wait_s`` the refresh
+        gets up to that long (this service's clock) to land first. An attachment whose runtime is not registered is
+        refreshed before answering: there is nothing to call, so it cannot block."""
         if not self.store.is_open:
             return None
         try:
             current = await asyncio.to_thread(self.store.current, session_key)
             if current is None:
                 return None
-            await self._call(current, current.delegated_turn_id, "inspect")
+            refresh = self._refresh_in_background(current)
+            if current.runtime not in self.registry:
+                await asyncio.wait({refresh})
+            elif wait_s > 0:
+                await self._wait_for_refresh(refresh, wait_s)
+            else:
+                return current
             return await asyncio.to_thread(self.store.current, session_key)
         except ConnectError as exc:
             _log.error("agent-session read failed: [%s] %s", exc.code, exc.message)
             return None
+
+    def _refresh_in_background(self, current: Attachment) -> asyncio.Task[None]:
+        running = self._refreshes.get(current.attachment_id)
+        if running is not None:
+            return running
+        task = asyncio.create_task(self._refresh_now(current), name=f"agent-session refresh {current.attachment_id}")
+        self._refreshes[current.attachment_id] = task
+        task.add_done_callback(functools.partial(self._refresh_done, current.attachment_id))
+        return task
+
+    async def _refresh_now(self, current: Attachment) -> None:
+        try:
+            await self._call(current, current.delegated_turn_id, "inspect")
+        except ConnectError as exc:
+            _log.error("agent-session refresh not stored: [%s] %s", exc.code, exc.message)
+
+    def _refresh_done(self, attachment_id: str, task: asyncio.Task[None]) -> None:
+        if self._refreshes.get(attachment_id) is task:
+            del self._refreshes[attachment_id]
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("agent-session refresh failed unexpectedly", exc_info=task.exception())
+
+    async def _wait_for_refresh(self, refresh: asyncio.Task[None], timeout_s: float) -> None:
+        """Wait for ``refresh`` at most ``timeout_s``; never cancels it (other readers may be waiting for it)."""
+        sleeper = asyncio.ensure_future(self._clock.sleep(timeout_s))
+        try:
+            await asyncio.wait({refresh, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+
+    async def wait_for_refreshes(self) -> None:
+        """Wait until no refresh is in flight (what a test does to see a background refresh land)."""
+        while self._refreshes:
+            await asyncio.wait(list(self._refreshes.values()))
 
     async def lineage(self, session_key: str) -> list[Attachment]:
         if not self.store.is_open:
             return []
         return await asyncio.to_thread(self.store.lineage, session_key)
 
-    # -- results -----------------------------------------------------------------------------------------------
+    # -- results ---------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def recovered_answer(attachment: Attachment, *, turn_id: str, status: str, started_at_ms: int) -> str | None:
-        """The answer a delegated turn's session gave, when ClawConnect may use it: the gateway's own agent gave
-        none (``completed_no_summary``), the turn is the one that delegated, the session's turn completed, and the
-        answer is dated after the job started."""
-        observation = attachment.observation
-        if (
-            status != "completed_no_summary"
-            or attachment.status != "current"
-            or attachment.delegated_turn_id != turn_id
-            or observation is None
-            or observation.state not in COMPLETED_TURN_STATES
-            or observation.final_response is None
-            or observation.last_event_at_ms is None
-            or observation.last_event_at_ms <= started_at_ms
-        ):
-            return None
-        return observation.final_response
-
-    @staticmethod
-    def blocked_summary(attachment: Attachment) -> str | None:
-        """An actionable summary for a session blocked on a human, or ``None``."""
-        state = attachment.state
-        if state not in BLOCKED_STATES:
-            return None
-        what = "input" if state == "needs_input" else "a permission decision"
-        where = f"; open {attachment.remote_url}" if attachment.remote_url else ""
-        return (
-            f"Action required ({state}): the attached agent session {attachment.session_id} in runtime "
-            f"{attachment.runtime} is waiting for {what}{where}."
-        )
+    recovered_answer = staticmethod(views.recovered_answer)
+    blocked_summary = staticmethod(views.blocked_summary)
 
     def render(self, attachment: Attachment | None) -> dict[str, Any] | None:
-        """The ``agentSession`` field of a snapshot."""
+        """The ``agentSession`` field of a snapshot (``None`` without an attachment)."""
         if attachment is None:
             return None
-        observation = attachment.observation
-        return {
-            "attachmentId": attachment.attachment_id,
-            "status": attachment.status,
-            "runtime": attachment.runtime,
-            "sessionId": attachment.session_id,
-            "provider": attachment.provider,
-            "providerSessionId": attachment.provider_session_id,
-            "host": attachment.host,
-            "remoteUrl": attachment.remote_url,
-            "metadata": dict(attachment.metadata),
-            "state": attachment.state,
-            "lastReportedState": attachment.reported_state,
-            "actionRequired": attachment.state in BLOCKED_STATES,
-            "observation": None
-            if observation is None
-            else {**observation.to_json(), "observedAt": iso_ms(attachment.observed_at_ms)},
-            "lastError": None if attachment.last_error is None else dict(attachment.last_error),
-            "observationToken": attachment.observation_token,
-            "delegatedTurnId": attachment.delegated_turn_id,
-            "replacesAttachmentId": attachment.replaces_attachment_id,
-            "reason": attachment.reason,
-            "capabilities": sorted(self.registry.capabilities(attachment.runtime)),
-            "attachedAt": iso_ms(attachment.created_at_ms),
-            "updatedAt": iso_ms(attachment.updated_at_ms),
-        }
+        return views.render(attachment, self.registry.capabilities(attachment.runtime))
 
 
 __all__ = ["RECOVERED_REASON", "RESULT_SOURCE", "AgentSessions"]

@@ -178,8 +178,9 @@ class AttachmentStore:
             (attachment.status, attachment.observation_token, _encode(attachment), attachment.attachment_id),
         )
 
-    def attach(self, new: Attachment, *, supersede_reason: str) -> Attachment | None:
-        """Make ``new`` the conversation's current attachment; the old current one (returned) is superseded."""
+    def attach(self, new: Attachment, *, supersede_reason: str | None = None) -> Attachment | None:
+        """Make ``new`` the conversation's current attachment; the old current one (returned) is superseded with
+        ``supersede_reason``."""
         with self._write() as db:
             old = self._current_in(db, new.session_key)
             if old is not None:
@@ -214,20 +215,28 @@ class AttachmentStore:
         return updated
 
     def write_if_fresh(
-        self, session_key: str, attachment_id: str, turn_id: str | None, token: int, update: Update
+        self,
+        session_key: str,
+        attachment_id: str,
+        turn_id: str | None,
+        token: int,
+        update: Update,
+        *,
+        require_newer: bool = True,
     ) -> Attachment | None:
-        """Write a read's result only if the attachment is still current, still bound to ``turn_id`` and ``token``
-        is newer than the stored one; ``None`` when the result is discarded."""
+        """Write a call's result only if the attachment is still current, still bound to ``turn_id`` and (unless
+        ``require_newer`` is false) ``token`` is newer than the stored one; ``None`` when the result is discarded.
+        The stored token never goes down."""
         with self._write() as db:
             current = self._current_in(db, session_key)
             if (
                 current is None
                 or current.attachment_id != attachment_id
                 or current.delegated_turn_id != turn_id
-                or token <= current.observation_token
+                or (require_newer and token <= current.observation_token)
             ):
                 return None
-            updated = dataclasses.replace(update(current), observation_token=token)
+            updated = dataclasses.replace(update(current), observation_token=max(token, current.observation_token))
             self._put(db, updated)
         return updated
 

@@ -35,8 +35,9 @@ State = Literal[
 STATES: Final[tuple[State, ...]] = get_args(State)
 COMPLETED_TURN_STATES: Final[frozenset[str]] = frozenset({"idle", "completed"})
 """The states in which a turn finished; only these carry a ``finalResponse``."""
-TERMINAL_STATES: Final[frozenset[str]] = frozenset({"completed", "dead", "failed"})
-"""The only states in which a session may be ``terminated``."""
+TERMINAL_STATES: Final[frozenset[str]] = COMPLETED_TURN_STATES | {"dead", "failed"}
+"""The only states in which a session may be ``terminated``; ``idle`` and ``completed`` alike, both being a
+completed turn."""
 BLOCKED_STATES: Final[frozenset[str]] = frozenset({"needs_input", "needs_permission"})
 """A session blocked on a human: it stays actionable."""
 
@@ -64,8 +65,8 @@ class AgentSessionRef:
 
 @dataclass(frozen=True)
 class CallOptions:
-    """What every callback receives: ``signal`` is set when the caller cancels or the seam's deadline passes;
-    ``deadline_ms`` is the deadline the seam applies to this call."""
+    """What every callback receives: ``signal`` merges the caller's cancellation with the seam's deadline (it is set
+    when either fires); ``deadline_ms`` is the deadline the seam applies to this call."""
 
     signal: asyncio.Event
     deadline_ms: int

@@ -1,12 +1,15 @@
 """In-test runtimes for the agent-session seam: each one addresses sessions in an in-memory table and can be told
-to hang, raise, answer ``None``, answer junk, rename the session, or wait for the test before answering."""
+to hang, raise, answer ``None``, answer junk, rename the session, or wait for the test before answering; and the
+helpers the service-level tests share (markers, directive blocks, running a task to its end)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawstack.connect.agent_session import (
     AgentSessionRef,
@@ -16,14 +19,22 @@ from clawstack.connect.agent_session import (
     DetachRequest,
 )
 
+if TYPE_CHECKING:
+    from clawstack.connect import ConnectService
+
+WAIT = {"waitMs": 10000}
+Factory = Callable[..., Awaitable["ConnectService"]]
+
 
 @dataclass
 class FakeRuntime:
-    """``sessions`` maps a session id to the reply ``inspect`` gives; ``behaviour`` overrides it per call kind:
-    ``"hang"`` (until cancelled, ignoring the signal), ``"raise"``, ``"none"``, ``"gate"`` (wait for ``gate``)."""
+    """``sessions`` maps a session id to the reply ``inspect`` gives; ``behaviour`` overrides it for every call
+    (``behaviours`` for one call kind): ``"hang"`` (until cancelled, ignoring the signal), ``"raise"``, ``"none"``,
+    ``"gate"`` (wait for ``gate``)."""
 
     sessions: dict[str, Any] = field(default_factory=dict)
     behaviour: str | None = None
+    behaviours: dict[str, str] = field(default_factory=dict)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     calls: list[tuple[str, AgentSessionRef, Any]] = field(default_factory=list)
     signals: list[asyncio.Event] = field(default_factory=list)
@@ -35,13 +46,14 @@ class FakeRuntime:
         self.calls.append((kind, ref, extra))
         self.signals.append(options.signal)
         self.called.set()
-        if self.behaviour == "hang":
+        behaviour = self.behaviours.get(kind, self.behaviour)
+        if behaviour == "hang":
             await asyncio.Event().wait()
-        if self.behaviour == "raise":
+        if behaviour == "raise":
             raise RuntimeError("secret-token-should-not-leak")
-        if self.behaviour == "none":
+        if behaviour == "none":
             return None
-        if self.behaviour == "gate":
+        if behaviour == "gate":
             await self.gate.wait()
         reply = self.sessions.get(ref.session_id)
         return dict(reply) if isinstance(reply, dict) else reply
@@ -72,3 +84,24 @@ def registry_with(runtime: FakeRuntime, runtime_id: str = "fake", *, full: bool 
     registry = AgentSessionRuntimeRegistry()
     runtime.register(registry, runtime_id, full=full)
     return registry
+
+
+def marker(runtime: str = "fake", session_id: str = "s-1", **extra: Any) -> str:
+    return "<agent-session>" + json.dumps({"runtime": runtime, "sessionId": session_id, **extra}) + "</agent-session>"
+
+
+def block(**body: Any) -> str:
+    return "[[clawconnect:agent-session]]" + json.dumps(body) + "[[/clawconnect:agent-session]]"
+
+
+def now_s() -> float:
+    return time.time() + 1
+
+
+async def run_to_end(service: ConnectService, **arguments: Any) -> dict[str, Any]:
+    job = await service.call("run_task", arguments)
+    for _ in range(20):
+        snap = await service.call("check_task", {"jobId": job["jobId"], **WAIT})
+        if snap["isTerminal"]:
+            return snap
+    raise AssertionError("the task did not end")

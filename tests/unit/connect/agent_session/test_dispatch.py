@@ -143,3 +143,76 @@ async def test_a_per_call_override_beats_the_default() -> None:
     fake.gate.set()
     result = await call
     assert result.ok
+
+
+async def test_cancelling_the_caller_sets_the_signal_and_abandons_the_callback() -> None:
+    # "receives an AbortSignal merging the caller's with that deadline": the caller here is the task awaiting
+    # dispatch (the ClawConnect operation), cancelled long before the 60 s deadline.
+    fake = FakeRuntime(behaviour="hang")
+    dispatcher = Dispatcher(registry_with(fake))
+    call = asyncio.create_task(dispatcher.dispatch("continue", REF, ContinueRequest("p", {})))
+    await fake.called.wait()
+    assert not fake.signals[0].is_set()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert fake.signals[0].is_set()
+
+
+async def test_a_callback_is_cancelled_when_its_caller_is() -> None:
+    ended: list[str] = []
+    started = asyncio.Event()
+
+    async def inspect(ref: Any, options: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("signalled" if options.signal.is_set() else "unsignalled")
+
+    registry = AgentSessionRuntimeRegistry()
+    registry.register("fake", provider="p", inspect=inspect)
+    call = asyncio.create_task(Dispatcher(registry).inspect(REF))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(10):
+        if ended:
+            break
+        await asyncio.sleep(0)
+    assert ended == ["signalled"]
+
+
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [(None, 40), (0, 40), (-5, 40), (True, 40), (25, 25), (100, 100), (10**9, 100)],
+)
+async def test_a_per_call_deadline_is_bounded_by_the_configured_maximum(requested: Any, expected: int) -> None:
+    seen: list[int] = []
+
+    async def inspect(ref: Any, options: Any) -> dict[str, Any]:
+        seen.append(options.deadline_ms)
+        return {"state": "running"}
+
+    registry = AgentSessionRuntimeRegistry()
+    registry.register("fake", provider="p", inspect=inspect)
+    dispatcher = Dispatcher(registry, call_timeout_ms=40, max_call_timeout_ms=100)
+    assert dispatcher.deadline_ms(requested) == expected
+    assert (await dispatcher.inspect(REF, timeout_ms=requested)).ok
+    assert seen == [expected]
+
+
+async def test_a_per_call_deadline_past_the_maximum_still_times_out_at_the_maximum() -> None:
+    fake = FakeRuntime(behaviour="hang")
+    dispatcher = Dispatcher(registry_with(fake), call_timeout_ms=20, max_call_timeout_ms=50)
+    result = await asyncio.wait_for(dispatcher.inspect(REF, timeout_ms=3_600_000), 5)
+    assert result.error is not None
+    assert result.error.code == "inspect_timeout"
+    assert "50 ms" in result.error.message
+
+
+@pytest.mark.parametrize(("default", "maximum"), [(0, 100), (-1, 100), (101, 100)])
+def test_the_configured_deadline_must_be_within_the_maximum(default: int, maximum: int) -> None:
+    with pytest.raises(ValueError, match="call_timeout_ms"):
+        Dispatcher(AgentSessionRuntimeRegistry(), call_timeout_ms=default, max_call_timeout_ms=maximum)

@@ -51,8 +51,9 @@ def test_a_final_answer_only_in_a_completed_turn(state: str) -> None:
         ("failed", None, True),
         ("completed", False, False),
         ("dead", False, False),
+        ("idle", None, True),
+        ("idle", False, False),
         ("running", True, False),
-        ("idle", True, False),
         ("needs_input", True, False),
         ("unknown", True, False),
         ("unavailable", True, False),
@@ -67,6 +68,20 @@ def test_termination_only_in_terminal_states(state: str, said: bool | None, term
     assert observation.terminated is terminated
     if terminated:
         assert observation.alive is False
+
+
+@pytest.mark.parametrize("said_terminated", [None, True, False, "yes"])
+@pytest.mark.parametrize("said_alive", [None, True, False, 1])
+def test_idle_and_completed_are_alike_for_liveness(said_terminated: object, said_alive: object) -> None:
+    # "idle / completed: the turn finished ... both are treated as a completed turn."
+    extra = {k: v for k, v in (("terminated", said_terminated), ("alive", said_alive)) if v is not None}
+    idle = normalize_observation({"state": "idle", "finalResponse": "a", **extra})
+    completed = normalize_observation({"state": "completed", "finalResponse": "a", **extra})
+    assert (idle.alive, idle.terminated, idle.final_response) == (
+        completed.alive,
+        completed.terminated,
+        completed.final_response,
+    )
 
 
 @pytest.mark.parametrize(

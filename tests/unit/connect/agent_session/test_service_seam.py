@@ -5,63 +5,24 @@ freshness, recovered results, blocked sessions, restarts, and a delegation that 
 from __future__ import annotations
 
 import asyncio
-import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clawstack.connect import ConnectService, JobStore, SessionBusyError, create_mcp_server, tool_definitions
+from clawstack.connect import SessionBusyError, create_mcp_server, tool_definitions
 from clawstack.connect.agent_session import AgentSessionRuntimeRegistry, AttachmentStore, CallOptions
 from clawstack.connect.agent_session.sessions import AgentSessions
-from clawstack.gateway.server import GatewayServer
-from tests.unit.connect.agent_session.fakes import FakeRuntime, registry_with
-from tests.unit.connect.test_service import agents_for
-
-WAIT = {"waitMs": 10000}
-Factory = Callable[..., Awaitable[ConnectService]]
-
-
-def marker(runtime: str = "fake", session_id: str = "s-1", **extra: Any) -> str:
-    return "<agent-session>" + json.dumps({"runtime": runtime, "sessionId": session_id, **extra}) + "</agent-session>"
-
-
-def block(**body: Any) -> str:
-    return "[[clawconnect:agent-session]]" + json.dumps(body) + "[[/clawconnect:agent-session]]"
-
-
-def now_s() -> float:
-    return time.time() + 1
-
-
-@pytest.fixture
-async def make(tmp_path: Path, gateway: GatewayServer) -> AsyncIterator[Factory]:
-    started: list[ConnectService] = []
-
-    async def factory(
-        registry: AgentSessionRuntimeRegistry | None = None, *, data: str = "c", **kw: Any
-    ) -> ConnectService:
-        svc = ConnectService(
-            agents_for(gateway.url), JobStore(tmp_path / data / "jobs.sqlite3"), agent_session_runtimes=registry, **kw
-        )
-        await svc.start()
-        started.append(svc)
-        return svc
-
-    yield factory
-    for svc in started:
-        await svc.stop()
-
-
-async def run_to_end(service: ConnectService, **arguments: Any) -> dict[str, Any]:
-    job = await service.call("run_task", arguments)
-    for _ in range(20):
-        snap = await service.call("check_task", {"jobId": job["jobId"], **WAIT})
-        if snap["isTerminal"]:
-            return snap
-    raise AssertionError("the task did not end")
+from tests.unit.connect.agent_session.fakes import (
+    WAIT,
+    Factory,
+    FakeRuntime,
+    block,
+    marker,
+    now_s,
+    registry_with,
+    run_to_end,
+)
 
 
 def comparable(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -211,6 +172,8 @@ async def test_the_runtime_cannot_rename_the_session(make: Factory) -> None:
 
 
 async def test_a_slow_read_landing_after_a_newer_one_is_discarded(make: Factory) -> None:
+    # A background refresh (token t) is overtaken by an inspect directive (token t' > t): when the slow one lands,
+    # it is discarded rather than rolling the record back to "running".
     gates = [asyncio.Event(), asyncio.Event()]
     answers = [{"state": "running"}, {"state": "completed", "finalResponse": "new"}]
     calls: list[int] = []
@@ -229,17 +192,23 @@ async def test_a_slow_read_landing_after_a_newer_one_is_discarded(make: Factory)
     service = await make(registry)
     first = await run_to_end(service, task="@fake reply: x", context=marker(runtime="gated"))
     registry.register("gated", provider="p", inspect=inspect)
-    slow = asyncio.create_task(service.call("get_task", {"taskId": first["taskId"]}))
+    await service.call("get_task", {"taskId": first["taskId"]})  # starts the slow refresh
     await entered[0].wait()
-    fast = asyncio.create_task(service.call("get_task", {"taskId": first["taskId"]}))
+    directive = block(op="inspect")
+    newer = asyncio.create_task(
+        service.call("run_task", {"task": "@fake reply: y", "sessionKey": first["sessionKey"], "context": directive})
+    )
     await entered[1].wait()
     gates[1].set()
-    newer = await fast
+    await newer
+    stored = await service.agent_sessions.lineage(first["sessionKey"])
     gates[0].set()
-    older = await slow
-    assert newer["agentSession"]["state"] == "completed"
-    assert older["agentSession"]["state"] == "completed"  # the slow "running" was discarded
-    assert older["agentSession"]["observationToken"] == newer["agentSession"]["observationToken"]
+    await service.agent_sessions.wait_for_refreshes()
+    after = await service.agent_sessions.lineage(first["sessionKey"])
+    assert after[-1].reported_state == "completed"  # the slow "running" was discarded
+    assert after[-1].observation_token == stored[-1].observation_token
+    seen = await service.call("get_task", {"taskId": first["taskId"]})
+    assert seen["agentSession"]["state"] == "completed"
 
 
 async def test_refresh_replace_continue_and_detach(make: Factory) -> None:

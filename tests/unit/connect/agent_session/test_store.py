@@ -66,6 +66,22 @@ def test_freshness_is_enforced_in_the_write(store: AttachmentStore) -> None:
     assert (written.observation_token, written.reported_state) == (6, "running")
 
 
+def test_a_write_that_need_not_be_newer_still_needs_the_turn_and_never_lowers_the_token(
+    store: AttachmentStore,
+) -> None:
+    store.attach(record("att_1", token=5))
+
+    def fail(a: Attachment) -> Attachment:
+        return dataclasses.replace(a, last_error={"code": "continue_failed", "operation": "continue"})
+
+    assert store.write_if_fresh("agent:main:s", "att_1", "job_other", 9, fail, require_newer=False) is None
+    assert store.write_if_fresh("agent:main:s", "att_x", "job_1", 9, fail, require_newer=False) is None
+    written = store.write_if_fresh("agent:main:s", "att_1", "job_1", 3, fail, require_newer=False)
+    assert written is not None
+    assert written.last_error is not None
+    assert (written.observation_token, written.last_error["code"]) == (5, "continue_failed")
+
+
 def test_tokens_resume_above_the_highest_stored(tmp_path: Path) -> None:
     path = tmp_path / "agent_sessions.sqlite3"
     first = AttachmentStore(path)

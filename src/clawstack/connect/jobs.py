@@ -320,6 +320,20 @@ class JobStore:
             rows = db.execute(f"{_SELECT_JOB} {where} ORDER BY created_at_ms DESC LIMIT ?", (*args, limit)).fetchall()
         return [_decode(row[0]) for row in rows], total
 
+    def page(self, *, limit: int, after: tuple[int, str] | None = None, scope: Scope = None) -> list[Job]:
+        """Up to ``limit`` jobs in ``scope``, newest first (``created_at_ms``, then ``job_id``, both descending),
+        starting just past ``after``: the ``(created_at_ms, job_id)`` of the previous page's last job. A job's place
+        in that order never changes, so a job created meanwhile cannot shift or repeat a later page."""
+        where, args = _scoped(
+            scope, "" if after is None else "(created_at_ms < ? OR (created_at_ms = ? AND job_id < ?))"
+        )
+        position = () if after is None else (after[0], after[0], after[1])
+        with self._read() as db:
+            rows = db.execute(
+                f"{_SELECT_JOB} {where} ORDER BY created_at_ms DESC, job_id DESC LIMIT ?", (*args, *position, limit)
+            ).fetchall()
+        return [_decode(row[0]) for row in rows]
+
     def for_session(self, session_key: str, scope: Scope = None) -> list[Job]:
         """The session's jobs in ``scope``, oldest first."""
         where, args = _scoped(scope, "session_key=?")

@@ -1,7 +1,9 @@
 """The MCP server: the seven tools of :class:`~clawstack.connect.service.ConnectService` on the official SDK's
 low-level :class:`mcp.server.lowlevel.Server`, whatever the transport (stdio here, Streamable HTTP in
 :mod:`clawstack.connect.http`). Both transports build their server with :func:`create_mcp_server`, so they serve
-the identical tool list.
+the identical tool list, and both serve ``run_task`` as a native task to a client that asks for one: on
+2025-11-25 (:mod:`clawstack.connect.mcp_tasks`) and through 2026-07-28's tasks extension
+(:mod:`clawstack.connect.mcp_tasks_ext`).
 
 A tool's answer is a JSON object, sent as ``structuredContent`` and as its JSON text. A refused call (bad
 arguments, an unknown id, a busy session, an unusable store) is a tool result with ``isError: true`` and
@@ -10,25 +12,25 @@ arguments, an unknown id, a busy session, an unusable store) is a tool result wi
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp_types import (
     CallToolRequestParams,
-    CallToolResult,
     ListToolsResult,
     PaginatedRequestParams,
-    TextContent,
     Tool,
     ToolAnnotations,
+    ToolExecution,
 )
 
 from clawstack import __version__
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.errors import ToolError
+from clawstack.connect.mcp_tasks import TASK_TOOLS, TASKS_PAGE_SIZE, McpTasks, TaskServer, serves_tasks, tool_result
+from clawstack.connect.mcp_tasks_ext import ExtensionTasks
 from clawstack.connect.service import ConnectService
 from clawstack.connect.tools import TOOLS
 
@@ -42,8 +44,10 @@ CALLER_STATE_KEY = "clawconnect_caller"
 """The key under the HTTP request's ``state`` where the authenticated caller's name is kept."""
 
 
-def tool_definitions() -> list[Tool]:
-    """The tool list both transports serve."""
+def tool_definitions(*, task_support: bool = True) -> list[Tool]:
+    """The tool list both transports serve; with ``task_support`` (a 2025-11-25 client) ``run_task`` declares
+    ``execution.taskSupport: "optional"``."""
+    optional = ToolExecution(task_support="optional") if task_support else None
     return [
         Tool(
             name=spec.name,
@@ -52,14 +56,10 @@ def tool_definitions() -> list[Tool]:
             annotations=ToolAnnotations(
                 read_only_hint=spec.read_only, destructive_hint=False, idempotent_hint=spec.read_only
             ),
+            execution=optional if spec.name in TASK_TOOLS else None,
         )
         for spec in TOOLS
     ]
-
-
-def _result(data: dict[str, Any], *, is_error: bool = False) -> CallToolResult:
-    text = json.dumps(data, ensure_ascii=False)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data, is_error=is_error)
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -70,34 +70,43 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
 
 
 def create_mcp_server(
-    service: ConnectService, *, agent_session_runtimes: AgentSessionRuntimeRegistry | None = None
+    service: ConnectService,
+    *,
+    agent_session_runtimes: AgentSessionRuntimeRegistry | None = None,
+    tasks_page_size: int = TASKS_PAGE_SIZE,
 ) -> Server[Any]:
     """The MCP server for ``service``.
 
     ``agent_session_runtimes`` is the host's agent-session runtime registry, injected into ``service`` (a
     :class:`ValueError` if the service already has a different one); ``None`` keeps the service's own, which is
     empty unless one was given to :class:`ConnectService`. The tool list is the same either way.
+    ``tasks_page_size`` is how many tasks a ``tasks/list`` page holds.
     """
     if agent_session_runtimes is not None:
         service.use_agent_session_runtimes(agent_session_runtimes)
+    tasks = McpTasks(service, caller_of=_caller, page_size=tasks_page_size)
+    extension = ExtensionTasks(service, caller_of=_caller)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
-        return ListToolsResult(tools=tool_definitions())
+        return ListToolsResult(tools=tool_definitions(task_support=serves_tasks(ctx)))
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> HandlerResult:
+        if tasks.requested(params):
+            return await tasks.create(ctx, params)
+        if extension.requested(ctx, params):
+            return await extension.create(ctx, params)
         try:
             data = await service.call(params.name, params.arguments, caller=_caller(ctx))
         except ToolError as exc:
-            return _result({"error": exc.to_result()}, is_error=True)
-        return _result(data)
+            return tool_result({"error": exc.to_result()}, is_error=True)
+        return tool_result(data)
 
-    return Server(
-        SERVER_NAME,
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
+    server = TaskServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS, on_list_tools=list_tools)
+    # Registered by hand: a task of the extension is not a CallToolResult.
+    server.add_request_handler("tools/call", CallToolRequestParams, call_tool)
+    tasks.install(server)
+    extension.install(server)  # in front of the 2025-11-25 tasks/* handlers
+    return server
 
 
 async def serve_stdio(

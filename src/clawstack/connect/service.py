@@ -40,7 +40,7 @@ from clawstack.connect.errors import ConnectError, ToolError
 from clawstack.connect.follow import DEFAULT_STALL_CHECK_S, Outcome, RunFollower
 from clawstack.connect.gateway_client import GatewayClient
 from clawstack.connect.jobs import Job, JobStore
-from clawstack.connect.snapshots import Observed, detail_snapshot, log_line, next_action, preview, task_snapshot
+from clawstack.connect.snapshots import Observed, core, detail_snapshot, log_line, next_action, preview, task_snapshot
 from clawstack.connect.tools import (
     CancelTaskArgs,
     CheckTaskArgs,
@@ -127,6 +127,7 @@ class ConnectService:
         self._followers: dict[str, asyncio.Task[None]] = {}
         self._done: dict[str, asyncio.Event] = {}
         self._activity: dict[str, float] = {}
+        self._end_listeners: list[Callable[[Job], None]] = []
         self._stopping = False
         self.recovered_job_ids: tuple[str, ...] = ()
         """The running jobs :meth:`start` found and resumed following."""
@@ -145,6 +146,10 @@ class ConnectService:
         self._runtimes_injected = True
         self.agent_sessions.registry = registry
         self.agent_sessions.dispatcher.registry = registry
+
+    def add_end_listener(self, listener: Callable[[Job], None]) -> None:
+        """Call ``listener`` with each job, as stored, once it has ended (it must not block: schedule any I/O)."""
+        self._end_listeners.append(listener)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -338,6 +343,26 @@ class ConnectService:
         tasks = [preview(self._live.get(job.job_id, job), now) for job in jobs]
         return {"view": args.view, "tasks": tasks, "total": total, "truncated": total > len(tasks)}
 
+    async def page_tasks(
+        self, *, limit: int, after: tuple[int, str] | None = None, caller: str | None = None
+    ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+        """A page of the caller's tasks for MCP's ``tasks/list``: the core snapshots of up to ``limit`` jobs, newest
+        first, from just past ``after`` (see :meth:`JobStore.page`), and the position after which the next page
+        starts (``None`` on the last page). A running job shows its conversation's attachment as stored: no
+        runtime is read."""
+        try:
+            jobs = await asyncio.to_thread(self.store.page, limit=limit + 1, after=after, scope=caller)
+        except ConnectError as exc:
+            raise ToolError(exc.message, code=exc.code, retryable=exc.retryable) from exc
+        more = (jobs[limit - 1].created_at_ms, jobs[limit - 1].job_id) if len(jobs) > limit else None
+        now = self._now_ms()
+        page = []
+        for stored in jobs[:limit]:
+            job = self._live.get(stored.job_id, stored)
+            attachment = None if job.terminal else await self.agent_sessions.stored(job.session_key)
+            page.append(core(job, now, self.agent_sessions.render(attachment)))
+        return page, more
+
     async def get_session(self, args: GetSessionArgs, *, caller: str | None = None) -> dict[str, Any]:
         jobs = await asyncio.to_thread(self.store.for_session, args.sessionId, caller)
         if args.agent is not None:
@@ -469,6 +494,12 @@ class ConnectService:
         if done is not None:
             done.set()
         _log.info("job %s ended %s (%s)", stored.job_id, stored.status, stored.terminal_reason)
+        for listener in self._end_listeners:
+            try:
+                listener(stored)
+            except Exception:
+                # A listener's failure must not stop the others, nor the follower that finished the job.
+                _log.exception("an end listener failed for job %s", job_id)
 
     async def _wait_for_end(self, job_id: str, timeout_s: float) -> None:
         done = self._done.get(job_id)

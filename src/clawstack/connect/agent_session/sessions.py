@@ -283,6 +283,16 @@ class AgentSessions:
             _log.error("agent-session read failed: [%s] %s", exc.code, exc.message)
             return None
 
+    async def stored(self, session_key: str) -> Attachment | None:
+        """The conversation's current attachment as stored: no runtime is called and nothing is refreshed."""
+        if not self.store.is_open:
+            return None
+        try:
+            return await asyncio.to_thread(self.store.current, session_key)
+        except ConnectError as exc:
+            _log.error("agent-session read failed: [%s] %s", exc.code, exc.message)
+            return None
+
     def _refresh_in_background(self, current: Attachment) -> asyncio.Task[None]:
         running = self._refreshes.get(current.attachment_id)
         if running is not None:

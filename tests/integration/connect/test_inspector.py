@@ -93,3 +93,20 @@ def test_the_inspector_lists_the_tools_and_runs_a_task(
             break
     assert (snap["status"], snap["summary"], snap["resultSource"]) == ("completed", "pong via the inspector", "parent")
     assert requests_for(fake_model, "inspector-marker") == 1
+
+
+def test_the_inspector_runs_run_task_as_a_native_task(
+    tmp_path: Path, gateway: GatewayProcess, fake_model: FakeModel
+) -> None:
+    # The Inspector's modern era speaks 2026-07-28 and the tasks extension: its --task call is answered with a task,
+    # which it follows with tasks/get until the result is inlined.
+    era = "modern"
+    task = f"inspector-{era}-task\n@fake reply: pong as a task"
+    answered = inspector(
+        tmp_path,
+        gateway,
+        *("--protocol-era", era, "--method", "tools/call", "--tool-name", "run_task"),
+        *("--tool-arg", f"task={task}", "--task"),
+    )
+    assert answered["structuredContent"]["summary"] == "pong as a task"
+    assert requests_for(fake_model, f"inspector-{era}-task") == 1

@@ -107,3 +107,19 @@ async def test_a_raw_client_runs_follows_and_cancels_tasks(server: str) -> None:
             (running["taskId"], "cancelled"),
             (created["taskId"], "completed"),
         ]
+
+
+async def test_over_stdio_a_task_survives_a_restart_of_claw_connect(tmp_path: Path, gateway: GatewayProcess) -> None:
+    from tests.integration.connect.harness import stdio_session
+
+    env = connect_env(gateway)
+    call = {"name": "run_task", "arguments": {"task": "@fake delay-ms: 1500\n@fake reply: after a restart"}, "task": {}}
+    async with stdio_session(tmp_path / "s", env) as session:
+        created = await session._dispatcher.send_raw_request("tools/call", call, None)  # type: ignore[attr-defined]
+        task_id = created["task"]["taskId"]
+        assert created["task"]["status"] == "working"
+    async with stdio_session(tmp_path / "s", env) as session:  # a new claw connect on the same data directory
+        result = await session._dispatcher.send_raw_request("tasks/result", {"taskId": task_id}, None)  # type: ignore[attr-defined]
+        assert result["structuredContent"]["summary"] == "after a restart"
+        got = await session._dispatcher.send_raw_request("tasks/get", {"taskId": task_id}, None)  # type: ignore[attr-defined]
+        assert got["status"] == "completed"

@@ -11,7 +11,7 @@ from clawstack.cli._serving import configure_logging
 from clawstack.cli.proxy import run_proxy
 from clawstack.pod.artifacts import PodPaths
 from clawstack.pod.errors import PodError
-from clawstack.pod.up import compile_only, down, up
+from clawstack.pod.up import compile_only, compose_project_argv, down, up
 from clawstack.proxy.config import load_config
 from clawstack.proxy.errors import ProxyError
 from clawstack.runs.ledger import count_unfinished
@@ -134,5 +134,5 @@ def compose_command(pod_dir: Path, args: tuple[str, ...]) -> None:
     except PodError as exc:
         raise click.ClickException(exc.message) from exc
     env = {k: v for k, v in os.environ.items() if k != OPERATOR_TOKEN_ENV}
-    argv = ["docker", "compose", "-p", pod, "-f", str(paths.compose_file), "--env-file", os.devnull, *args]
+    argv = ["docker", "compose", *compose_project_argv(pod, paths), *args]
     raise SystemExit(subprocess.call(argv, env=env))  # noqa: S603 (docker from PATH, the operator's own arguments)

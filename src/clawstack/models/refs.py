@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal, get_args
 
 SLOT: Final = re.compile(r"primary|fallback(?:-([2-9]|[1-9][0-9]))?")
 OPENROUTER_SLUG: Final = re.compile(r"[a-z0-9][a-z0-9._-]*(/[a-z0-9][a-z0-9._-]*){0,3}")
@@ -19,6 +19,18 @@ REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high")
 KEYED_PREFIXES: Final = frozenset({"openai", "anthropic", "xai", "google", "meta", "openrouter", "vercel"})
 PLAN_PREFIXES: Final = frozenset({"chatgpt"})
 BUILTIN_PREFIXES: Final = KEYED_PREFIXES | PLAN_PREFIXES
+CredentialClass = Literal["api_key", "subscription"]
+"""What served a model call: a provider key, or the operator's plan sign-in."""
+CREDENTIAL_CLASSES: Final[tuple[CredentialClass, ...]] = get_args(CredentialClass)
+PlanReason = Literal[
+    "subscription_signin_required",
+    "subscription_limit_reached",
+    "subscription_unavailable",
+    "subscription_not_eligible",
+    "subscription_unsupported_request",
+]
+"""Why a plan route could not serve (the spec's table); the proxy records it, a run reports the last one."""
+PLAN_REASONS: Final[tuple[PlanReason, ...]] = get_args(PlanReason)
 PROVIDER_KEY_ENV: Final[Mapping[str, str]] = {
     "openai": "OPENAI_API_KEY",
     "anthropic": "ANTHROPIC_API_KEY",
@@ -82,16 +94,20 @@ def slot_name(position: int) -> str:
 
 __all__ = [
     "BUILTIN_PREFIXES",
+    "CREDENTIAL_CLASSES",
     "FAMILY",
     "KEYED_PREFIXES",
     "NARROWING",
     "OPENROUTER_SLUG",
     "PLAN_PREFIXES",
+    "PLAN_REASONS",
     "PREFERENCE_KEYS",
     "PROVIDER_BASE_URLS",
     "PROVIDER_KEY_ENV",
     "REASONING_EFFORTS",
     "SLOT",
+    "CredentialClass",
+    "PlanReason",
     "is_family_ref",
     "slot_name",
     "slot_order",

@@ -28,6 +28,7 @@ from clawstack.models.refs import (
     split_model_ref,
 )
 from clawstack.pod.errors import ValidationError
+from clawstack.pod.values import mapping
 
 
 class UpstreamDecl(Protocol):
@@ -55,14 +56,6 @@ class ModelSlot:
         return self.prefix in PLAN_PREFIXES
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValidationError("must be a mapping", where=where)
-    return value
-
-
 def parse_models(
     x_claw: dict[str, Any],
     defaults: dict[str, Any],
@@ -71,7 +64,7 @@ def parse_models(
     families: FamilyTable,
     where: str,
 ) -> tuple[ModelSlot, ...]:
-    declared = _mapping(x_claw.get("models"), f"{where}.x-claw.models") or dict(defaults)
+    declared = mapping(x_claw.get("models"), f"{where}.x-claw.models") or dict(defaults)
     source = "x-claw.models" if x_claw.get("models") else "x-claw.models-defaults"
     for slot in declared:
         if not isinstance(slot, str) or not SLOT.fullmatch(slot):
@@ -85,8 +78,8 @@ def parse_models(
         if slot_order(slot) != expected:
             missing = "fallback" if expected == 1 else f"fallback-{expected}"
             raise ValidationError(f"{slot} without {missing}: slots run without gaps", where=f"{where}.{source}")
-    efforts = _mapping(x_claw.get("reasoning-effort"), f"{where}.x-claw.reasoning-effort")
-    prefs = _mapping(x_claw.get("provider-preferences"), f"{where}.x-claw.provider-preferences")
+    efforts = mapping(x_claw.get("reasoning-effort"), f"{where}.x-claw.reasoning-effort")
+    prefs = mapping(x_claw.get("provider-preferences"), f"{where}.x-claw.provider-preferences")
     for slot, effort in efforts.items():
         if slot not in declared:
             raise ValidationError(f"slot {slot!r} has no model", where=f"{where}.x-claw.reasoning-effort")
@@ -141,7 +134,7 @@ def _resolve(written: str, families: FamilyTable, where: str) -> tuple[str, str 
 def _preferences(value: Any, prefix: str, where: str) -> dict[str, Any]:
     if prefix != "openrouter":
         raise ValidationError("provider preferences apply only to openrouter/* models", where=where)
-    prefs = _mapping(value, where)
+    prefs = mapping(value, where)
     if not prefs:
         raise ValidationError("must name at least one preference", where=where)
     for key, item in prefs.items():

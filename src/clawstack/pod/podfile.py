@@ -21,7 +21,7 @@ from clawstack.models.refs import BUILTIN_PREFIXES, PROVIDER_KEY_ENV
 from clawstack.pod.chain import ModelSlot, parse_models
 from clawstack.pod.errors import PodFileError, ValidationError
 from clawstack.pod.interpolate import UnsetVariable, build_environment, interpolate, read_dotenv
-from clawstack.pod.values import bounded, parse_duration_s, parse_size
+from clawstack.pod.values import bounded, mapping, parse_duration_s, parse_size
 from clawstack.pod.yamlload import load_yaml
 
 POD_FILE: Final = "claw-pod.yml"
@@ -118,14 +118,6 @@ class PodSpec:
     warnings: tuple[str, ...] = field(default=())  # unset variables interpolated as blank strings
 
 
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValidationError("must be a mapping", where=where)
-    return value
-
-
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("must be a non-empty string", where=where)
@@ -166,7 +158,7 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
     for key in document:
         if key not in TOP_LEVEL and not key.startswith("x-"):
             raise ValidationError(f"unknown top-level key {key!r}", where=POD_FILE)
-    pod_x = _mapping(document.get("x-claw"), f"{POD_FILE}: x-claw")
+    pod_x = mapping(document.get("x-claw"), f"{POD_FILE}: x-claw")
     for key in pod_x:
         if key not in POD_X_CLAW:
             raise ValidationError(f"unknown key {key!r}", where=f"{POD_FILE}: x-claw")
@@ -181,17 +173,17 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
     journal = pod_x.get("journal", False)
     if not isinstance(journal, bool):
         raise ValidationError("must be true or false", where=f"{POD_FILE}: x-claw.journal")
-    defaults = _mapping(pod_x.get("cllama-defaults"), f"{POD_FILE}: x-claw.cllama-defaults")
+    defaults = mapping(pod_x.get("cllama-defaults"), f"{POD_FILE}: x-claw.cllama-defaults")
     for key in defaults:
         if key not in ("proxy", "env"):
             raise ValidationError(f"unknown key {key!r}", where=f"{POD_FILE}: x-claw.cllama-defaults")
     _check_cllama(defaults.get("proxy", ["passthrough"]), f"{POD_FILE}: x-claw.cllama-defaults.proxy")
     default_env = _env_map(defaults.get("env"), f"{POD_FILE}: x-claw.cllama-defaults.env")
-    models_defaults = _mapping(pod_x.get("models-defaults"), f"{POD_FILE}: x-claw.models-defaults")
-    upstreams = _upstreams(_mapping(pod_x.get("upstreams"), f"{POD_FILE}: x-claw.upstreams"))
+    models_defaults = mapping(pod_x.get("models-defaults"), f"{POD_FILE}: x-claw.models-defaults")
+    upstreams = _upstreams(mapping(pod_x.get("upstreams"), f"{POD_FILE}: x-claw.upstreams"))
     try:
         families = FamilyTable.with_overrides(
-            _mapping(pod_x.get("model-families"), f"{POD_FILE}: x-claw.model-families")
+            mapping(pod_x.get("model-families"), f"{POD_FILE}: x-claw.model-families")
         )
     except FamilyError as exc:
         raise ValidationError(str(exc), where=f"{POD_FILE}: x-claw.model-families") from None
@@ -200,7 +192,7 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
     except PolicyError as exc:
         raise ValidationError(str(exc), where=f"{POD_FILE}: x-claw.data-policy") from None
 
-    services = _mapping(document.get("services"), f"{POD_FILE}: services")
+    services = mapping(document.get("services"), f"{POD_FILE}: services")
     if not services:
         raise ValidationError("a pod needs at least one service", where=f"{POD_FILE}: services")
     per_run: dict[str, dict[str, Any]] = {}
@@ -209,8 +201,8 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
         where = f"{POD_FILE}: services.{service_name}"
         if not isinstance(service_name, str) or not NAME.fullmatch(service_name):
             raise ValidationError("service names are [a-z0-9][a-z0-9_-]{0,62}", where=where)
-        service = _mapping(service, where)
-        x_claw = _mapping(service.get("x-claw"), f"{where}.x-claw")
+        service = mapping(service, where)
+        x_claw = mapping(service.get("x-claw"), f"{where}.x-claw")
         lifecycle = x_claw.get("lifecycle", "service")
         if lifecycle not in ("service", "per-run"):
             raise ValidationError(f"{lifecycle!r} is not a lifecycle: use service or per-run", where=f"{where}.x-claw")
@@ -225,7 +217,7 @@ def _validate(pod_dir: Path, document: dict[str, Any], unset: tuple[str, ...]) -
     if not per_run:
         raise ValidationError("no service declares x-claw.lifecycle: per-run", where=f"{POD_FILE}: services")
     for service_name, service in services.items():
-        master = _mapping(service, "").get("x-claw", {}) or {}
+        master = mapping(service, "").get("x-claw", {}) or {}
         if isinstance(master, dict) and master.get("master") in per_run:
             raise ValidationError(
                 f"points at the per-run template {master['master']!r}; a per-run template cannot be a master",
@@ -259,7 +251,7 @@ def _check_cllama(value: Any, where: str) -> None:
 
 
 def _env_map(value: Any, where: str) -> dict[str, str]:
-    env = _mapping(value, where)
+    env = mapping(value, where)
     out: dict[str, str] = {}
     for key, item in env.items():
         if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
@@ -276,7 +268,7 @@ def _upstreams(raw: dict[str, Any]) -> dict[str, Upstream]:
         where = f"{POD_FILE}: x-claw.upstreams.{prefix}"
         if not isinstance(prefix, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", prefix):
             raise ValidationError("upstream prefixes are [a-z0-9-], up to 32 characters", where=where)
-        item = _mapping(value, where)
+        item = mapping(value, where)
         if prefix in BUILTIN_PREFIXES:
             out[prefix] = _regional_route(prefix, item, where)
             continue
@@ -359,7 +351,7 @@ def _template(
     if "image" not in service and "build" not in service:
         # Both may be given: claw up then builds the image and tags it with image:.
         raise ValidationError("a per-run service declares image, build or both", where=where)
-    x_claw = _mapping(service.get("x-claw"), f"{where}.x-claw")
+    x_claw = mapping(service.get("x-claw"), f"{where}.x-claw")
     for key in REJECTED_PER_RUN_X_CLAW:
         if key in x_claw:
             raise ValidationError(f"{key} is not allowed on a per-run service", where=f"{where}.x-claw.{key}")
@@ -387,7 +379,7 @@ def _template(
 
     env = {**default_env, **_env_map(x_claw.get("cllama-env"), f"{where}.x-claw.cllama-env")}
     tools = _grant(x_claw.get("tools"), tools_by_service, f"{where}.x-claw.tools")
-    run = _mapping(x_claw.get("run"), f"{where}.x-claw.run")
+    run = mapping(x_claw.get("run"), f"{where}.x-claw.run")
     for key in run:
         if key not in RUN_KEYS:
             raise ValidationError(f"unknown key {key!r}", where=f"{where}.x-claw.run")
@@ -481,7 +473,7 @@ def _int(value: Any, where: str) -> int:
 
 
 def _home(value: Any, where: str) -> Home:
-    home = _mapping(value, where)
+    home = mapping(value, where)
     for key in home:
         if key not in ("mount", "max-bytes"):
             raise ValidationError(f"unknown key {key!r}", where=where)
@@ -539,7 +531,7 @@ def _content(pod_dir: Path, value: Any, where: str) -> tuple[Content, ...]:
     targets = set()
     for index, item in enumerate(value):
         item_where = f"{where}[{index}]"
-        entry = _mapping(item, item_where)
+        entry = mapping(item, item_where)
         if set(entry) != {"source", "target"}:
             raise ValidationError("each entry has exactly source and target", where=item_where)
         source = _string(entry["source"], f"{item_where}.source")

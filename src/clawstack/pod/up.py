@@ -211,7 +211,7 @@ def _up_compose(
         _compose(
             compose_runner,
             lock,
-            [*_project(spec.name, paths), "up", "-d", "--remove-orphans", "--pull", "never"],
+            [*compose_project_argv(spec.name, paths), "up", "-d", "--remove-orphans", "--pull", "never"],
             secrets,
             action="up",
         )
@@ -285,7 +285,7 @@ def _down_compose(paths: PodPaths, lock: PodLock, compose_runner: ComposeRunner)
     _compose(
         compose_runner,
         lock,
-        [*_project(pod, paths), "down", "--remove-orphans", "--timeout", str(DOWN_TIMEOUT_S)],
+        [*compose_project_argv(pod, paths), "down", "--remove-orphans", "--timeout", str(DOWN_TIMEOUT_S)],
         _secrets_of(paths),
         action="down",
         code="teardown_failed",
@@ -305,7 +305,8 @@ def _down_compose(paths: PodPaths, lock: PodLock, compose_runner: ComposeRunner)
 _ENV: Final = ("--env-file", os.devnull)  # the pod file is interpolated already: Compose reads no .env
 
 
-def _project(pod: str, paths: PodPaths) -> list[str]:
+def compose_project_argv(pod: str, paths: PodPaths) -> list[str]:
+    """``docker compose`` arguments that address the pod's own project (its name, file, and no ``.env``)."""
     return ["-p", pod, "-f", str(paths.compose_file), *_ENV]
 
 
@@ -365,4 +366,4 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-__all__ = ["ComposeRunner", "UpResult", "compile_only", "down", "run_compose", "up"]
+__all__ = ["ComposeRunner", "UpResult", "compile_only", "compose_project_argv", "down", "run_compose", "up"]

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from clawstack.pod.errors import ValidationError
 
 DURATION: Final = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 SIZE: Final = re.compile(r"(\d+)([kmg]?)b?", re.IGNORECASE)
+
+
+def mapping(value: object, where: str) -> dict[str, Any]:
+    """A pod-file mapping (``None`` is empty); anything else is refused naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError("must be a mapping", where=where)
+    return value
 
 
 def parse_duration_s(value: object, *, where: str) -> int:
@@ -45,6 +54,7 @@ def bounded(value: int, low: int, high: int, *, where: str, unit: str = "") -> i
 
 __all__ = [
     "bounded",
+    "mapping",
     "parse_duration_s",
     "parse_size",
 ]

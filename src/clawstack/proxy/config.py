@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from clawstack.common.strictjson import StrictJSONError
 from clawstack.common.strictjson import loads as strict_loads
 from clawstack.models.policy import DataPolicy, PolicyError, parse_policy
+from clawstack.models.refs import CredentialClass
 from clawstack.proxy.errors import ConfigError
 from clawstack.proxy.plan.chatgpt import BACKEND_URL, ISSUER
 
@@ -50,7 +51,7 @@ class Upstream(_Strict):
 
     base_url: str
     api_key_env: str | None = None
-    credential_class: Literal["api_key", "subscription"] = "api_key"
+    credential_class: CredentialClass = "api_key"
 
     @field_validator("base_url")
     @classmethod

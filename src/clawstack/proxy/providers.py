@@ -19,7 +19,7 @@ from typing import Final, Literal
 
 from clawstack.common.clock import Clock
 from clawstack.models.policy import PLAN_POLICY_ENDPOINT
-from clawstack.models.refs import PLAN_PREFIXES, PROVIDER_BASE_URLS, PROVIDER_KEY_ENV, split_model_ref
+from clawstack.models.refs import PLAN_PREFIXES, PROVIDER_BASE_URLS, PROVIDER_KEY_ENV, CredentialClass, split_model_ref
 from clawstack.proxy.config import ProxyConfig, Upstream
 
 BUILTIN_UPSTREAMS: Final[Mapping[str, Upstream]] = {
@@ -36,7 +36,7 @@ class Route:
     base_url: str
     api_key: str | None
     key_id: str
-    credential_class: Literal["api_key", "subscription"]
+    credential_class: CredentialClass
     plan: bool = False
     keyless: bool = False  # a self-hosted upstream configured without a key variable
 

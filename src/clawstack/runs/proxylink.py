@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from clawstack.models.refs import CREDENTIAL_CLASSES, PLAN_REASONS
 from clawstack.pod.artifacts import PodPaths, existing_operator_token
 from clawstack.proxy.client import ProxyOperatorClient
 from clawstack.proxy.errors import ProxyError
@@ -26,18 +27,6 @@ def identity_expiry(authority_expires_at: datetime, now: datetime, grace: timede
     """The proxy-side expiry of a run's identity: its authority plus ``grace``, never past the proxy's lifetime
     bound (an authority is at most the template's max-authority, at most 7 days, away, so it stays covered)."""
     return min(authority_expires_at + grace, now + MAX_IDENTITY_LIFETIME).replace(microsecond=0)
-
-
-CREDENTIAL_CLASSES: Final = frozenset({"subscription", "api_key"})
-PLAN_FAILURES: Final = frozenset(
-    {
-        "subscription_signin_required",
-        "subscription_limit_reached",
-        "subscription_unavailable",
-        "subscription_not_eligible",
-        "subscription_unsupported_request",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +54,7 @@ def read_usage(description: Mapping[str, Any]) -> Usage | None:
     else:
         complete = False
     failure = description.get("last_plan_failure")
-    if failure is not None and failure not in PLAN_FAILURES:
+    if failure is not None and failure not in PLAN_REASONS:
         failure, complete = None, False
     return Usage(counts, complete, failure)
 

@@ -17,24 +17,12 @@ Messages never contain a token, an authorization code, a PKCE verifier, a state 
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
 
+from clawstack.models.refs import PLAN_REASONS, PlanReason
 from clawstack.proxy.errors import ProxyError
 
-PlanReason = Literal[
-    "subscription_signin_required",
-    "subscription_limit_reached",
-    "subscription_unavailable",
-    "subscription_not_eligible",
-    "subscription_unsupported_request",
-]
-REASONS: Final[tuple[PlanReason, ...]] = (
-    "subscription_signin_required",
-    "subscription_limit_reached",
-    "subscription_unavailable",
-    "subscription_not_eligible",
-    "subscription_unsupported_request",
-)
+REASONS: Final = PLAN_REASONS
 
 
 class PlanError(ProxyError):

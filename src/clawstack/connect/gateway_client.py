@@ -1,7 +1,7 @@
 """A client for the gateway WebSocket protocol (version 4), as ClawConnect needs it.
 
 One :class:`GatewayClient` keeps one WebSocket to one gateway: it answers the ``connect.challenge`` with
-``connect`` (``client {id: "gateway-client", mode: "backend"}``, the operator scopes, ``auth.token`` or
+``connect`` (``client {id: "gateway-client", mode: "backend"}``, the scopes :data:`SCOPES`, ``auth.token`` or
 ``auth.password``) under a handshake deadline, reconnects with exponential backoff (1 s, 2 s, 4 s … 30 s, reset
 after a successful handshake), and routes ``chat`` and ``agent`` events to the runs being watched.
 
@@ -48,7 +48,10 @@ from clawstack.connect.errors import (
 PROTOCOL_VERSION: Final = 4
 CLIENT_ID: Final = "gateway-client"
 CLIENT_MODE: Final = "backend"
-SCOPES: Final = ("operator.read", "operator.write", "operator.admin")
+#: The narrowest operator scopes for what ClawConnect calls (``chat.send``, ``chat.abort``, ``chat.history``,
+#: ``sessions.messages.subscribe``); never ``operator.admin``: ``claw gateway serve`` then refuses a caller's
+#: ``/reset``, ``/new`` and ``require_auth`` plugin commands, which need the gateway operator's full authority.
+SCOPES: Final = ("operator.read", "operator.write")
 DEFAULT_HANDSHAKE_TIMEOUT_S: Final = 10.0
 DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 DEFAULT_BACKOFF_INITIAL_S: Final = 1.0

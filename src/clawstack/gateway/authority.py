@@ -45,11 +45,12 @@ import logging
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal
 
 from clawstack.gateway.config import GatewayConfig, Operator
 from clawstack.gateway.dispatch import GATEWAY_OPERATOR, Requester
 from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.protocol import OPERATOR_SCOPES, OperatorScope, scope_satisfied
 
 __all__ = [
     "GATEWAY_CHANNEL",
@@ -72,11 +73,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-OperatorScope = Literal["operator.admin", "operator.write", "operator.read"]
-
-#: The operator scopes, strongest first.
-OPERATOR_SCOPES: Final[tuple[OperatorScope, ...]] = get_args(OperatorScope)
 
 #: :attr:`Requester.channel` of Gateway chat (a WebSocket client).
 GATEWAY_CHANNEL: Final = "gateway"
@@ -118,12 +114,6 @@ class IdentityLinkConflictError(AuthorityError):
     """The channel identity is linked to another operator; unlink it there first."""
 
     code = "identity_link_conflict"
-
-
-def scope_satisfied(held: Iterable[str], needed: str) -> bool:
-    """Whether ``held`` grants ``needed``: ``operator.admin`` grants all, ``operator.write`` grants ``operator.read``."""
-    scopes = frozenset(held)
-    return _ADMIN in scopes or needed in scopes or (needed == "operator.read" and "operator.write" in scopes)
 
 
 @dataclass(frozen=True, slots=True)

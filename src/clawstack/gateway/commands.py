@@ -15,22 +15,53 @@ A chat message ``/name [args]`` whose name is reserved (:data:`RESERVED_COMMANDS
 
 The answers of the last three kinds run as a chat run (a ``chat`` ``final`` event with the text), outside the
 session's lane, so ``/status`` answers while a long turn is running.
+
+**Scopes.** A Gateway client (``chat.send``) needs the operator scope :data:`COMMAND_SCOPES` names for a built-in
+command, and :data:`PLUGIN_COMMAND_SCOPES` the one for a plugin command, by its ``require_auth``; an agent turn
+needs what ``chat.send`` itself needs (:data:`~clawstack.gateway.protocol.METHOD_SCOPES`). Changing a session's
+incarnation is admin work, as the ``sessions.reset`` method is; so is a ``require_auth`` plugin command, which runs
+with the sender's operator authority and may start background work under it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
 from clawstack.gateway.config import GatewayConfig
+from clawstack.gateway.protocol import OperatorScope
 from clawstack.gateway.sessions import SessionStore
 
-__all__ = ["BUILTIN_COMMANDS", "RESERVED_COMMANDS", "BuiltinCommands", "split_command"]
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "COMMAND_SCOPES",
+    "PLUGIN_COMMAND_SCOPES",
+    "RESERVED_COMMANDS",
+    "BuiltinCommands",
+    "split_command",
+]
+
+#: The operator scope a Gateway client needs to send each reserved command, by name (its keys are the names).
+COMMAND_SCOPES: Final[Mapping[str, OperatorScope]] = {
+    "stop": "operator.write",  # as chat.abort
+    "reset": "operator.admin",  # a new incarnation, as sessions.reset
+    "new": "operator.admin",
+    "status": "operator.write",
+    "help": "operator.write",
+    "model": "operator.write",  # with or without arguments it only answers: it never changes the session's model
+    "think": "operator.write",  # the last four only answer that they are not supported
+    "verbose": "operator.write",
+    "whoami": "operator.write",
+    "commands": "operator.write",
+}
+
+#: The operator scope a Gateway client needs to run a plugin command, by the command's ``require_auth``.
+PLUGIN_COMMAND_SCOPES: Final[Mapping[bool, OperatorScope]] = {True: "operator.admin", False: "operator.write"}
 
 BUILTIN_COMMANDS: Final = ("stop", "reset", "new", "status", "help", "model")
-RESERVED_COMMANDS: Final = (*BUILTIN_COMMANDS, "think", "verbose", "whoami", "commands")
+RESERVED_COMMANDS: Final = tuple(COMMAND_SCOPES)
 
 HELP_TEXT: Final = (
     "ℹ️ Help\n\nSession\n  /new  |  /reset  |  /stop\n\nStatus\n  /status  |  /model\n\n"

@@ -12,7 +12,10 @@ idempotency key) and answers ``started``; its events go to every connection subs
 Commands: a message that is a built-in command (``/stop``, ``/reset``, … see :mod:`clawstack.gateway.commands`)
 runs that command. A message ``/<name> [args]`` naming a registered plugin command runs that command instead of an
 agent turn, under the same run contract; an unknown ``/<name>`` is an ordinary agent turn. Channel messages
-(:mod:`clawstack.gateway.http_routes`) go through the same command handling.
+(:mod:`clawstack.gateway.http_routes`) go through the same command handling. Before anything else, ``chat.send``
+checks the connection's scopes against the scope its message needs (:meth:`GatewayMethods.required_scope`); a
+refusal is ``FORBIDDEN`` / ``MISSING_SCOPE``, as for a method, and nothing is done: no subscription, no run, no
+reset.
 """
 
 from __future__ import annotations
@@ -23,16 +26,25 @@ from typing import Any, Protocol
 
 from clawstack.common.clock import Clock
 from clawstack.gateway.authority import OPERATOR_SCOPES, ChannelIdentity, OperatorAuthority
-from clawstack.gateway.commands import RESERVED_COMMANDS, BuiltinCommands, split_command
+from clawstack.gateway.commands import (
+    COMMAND_SCOPES,
+    PLUGIN_COMMAND_SCOPES,
+    RESERVED_COMMANDS,
+    BuiltinCommands,
+    split_command,
+)
 from clawstack.gateway.config import GatewayConfig, split_model_ref
 from clawstack.gateway.dispatch import GATEWAY_OPERATOR, IdempotencyConflictError, Requester, RunRequest
 from clawstack.gateway.errors import GatewayError
 from clawstack.gateway.keys import SessionKeyError, parse_session_key
 from clawstack.gateway.plugins import PluginLoader, RegisteredCommand
 from clawstack.gateway.protocol import (
+    METHOD_SCOPES,
     ChatAbortParams,
     ChatHistoryParams,
     ChatSendParams,
+    MissingScopeError,
+    OperatorScope,
     ProtocolError,
     RequestFrame,
     SessionsListParams,
@@ -42,6 +54,7 @@ from clawstack.gateway.protocol import (
     UsersListIdentitiesParams,
     UsersSetRoleParams,
     parse_params,
+    scope_satisfied,
 )
 from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.sessions import Message, SessionStore
@@ -121,10 +134,9 @@ class GatewayMethods:
         """Run a built-in command (``/stop``, ``/reset``, … see :mod:`clawstack.gateway.commands`); its
         ``chat.send`` answer, or ``None`` when the message is no built-in. ``/stop``, ``/reset`` and ``/new`` need
         an authenticated sender (``FORBIDDEN`` otherwise)."""
-        parsed = split_command(request.message)
-        if parsed is None or parsed[0].lower() not in RESERVED_COMMANDS:
+        name, _, args = self._parse(request.message)
+        if name is None:
             return None
-        name, args = parsed[0].lower(), parsed[1]
         runs, store = self._require_runs(), self._store
         key = request.session_key
         if name in ("stop", "reset", "new") and not requester.authenticated:
@@ -140,10 +152,10 @@ class GatewayMethods:
             if request.idempotency_key is not None and await runs.known_run(key, request.idempotency_key):
                 started = await runs.start(request, requester=requester, builtin=_fixed(""))
                 return {"runId": started.run_id, "status": started.status}
-            await runs.abort(key)
             session = await asyncio.to_thread(store.get, key)
             if session is not None and session.owner is not None:
                 raise ProtocolError("FORBIDDEN", "the session belongs to someone else")
+            await runs.abort(key)
             if session is not None:
                 await asyncio.to_thread(store.reset, key)
             text = "✅ Session reset." if name == "reset" else "✅ New session started."
@@ -159,11 +171,7 @@ class GatewayMethods:
         Refuses (``INVALID_REQUEST``) arguments to a command without ``accepts_args`` and a ``require_auth``
         command from an unauthenticated connection.
         """
-        parsed = split_command(message)
-        if parsed is None:
-            return None, ""
-        name, args = parsed
-        command = self._plugins.commands.get(name)
+        _, command, args = self._parse(message)
         if command is None:
             return None, ""
         if args and not command.accepts_args:
@@ -180,7 +188,33 @@ class GatewayMethods:
             )
         return command, args
 
+    def required_scope(self, message: str) -> OperatorScope:
+        """The operator scope a Gateway client needs to send ``message`` with ``chat.send``: the built-in
+        command's (:data:`~clawstack.gateway.commands.COMMAND_SCOPES`), the plugin command's by its
+        ``require_auth`` (:data:`~clawstack.gateway.commands.PLUGIN_COMMAND_SCOPES`), else ``chat.send``'s own."""
+        builtin, command, _ = self._parse(message)
+        if builtin is not None:
+            return COMMAND_SCOPES[builtin]
+        if command is not None:
+            return PLUGIN_COMMAND_SCOPES[command.require_auth]
+        return METHOD_SCOPES["chat.send"]
+
+    def _parse(self, message: str) -> tuple[str | None, RegisteredCommand | None, str]:
+        """What ``message`` runs: ``(built-in name, None, args)``, ``(None, plugin command, args)``, or
+        ``(None, None, "")`` for an agent turn. Built-in names match lower-cased; plugin command names as written."""
+        parsed = split_command(message)
+        if parsed is None:
+            return None, None, ""
+        name, args = parsed
+        if name.lower() in RESERVED_COMMANDS:
+            return name.lower(), None, args
+        command = self._plugins.commands.get(name)
+        return (None, None, "") if command is None else (None, command, args)
+
     async def _chat_send(self, caller: Caller, params: ChatSendParams) -> Mapping[str, Any]:
+        needed = self.required_scope(params.message)
+        if not scope_satisfied(caller.scopes, needed):
+            raise MissingScopeError(needed)
         key = _session_key(params.sessionKey)
         parsed = parse_session_key(key)
         if parsed.agent_id is None:

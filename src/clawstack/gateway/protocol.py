@@ -18,13 +18,18 @@ a message and optional ``details``, and :meth:`ProtocolError.to_shape` is the ``
     GatewayError                       (clawstack.gateway.errors)
      └── ProtocolError                 "protocol_error"; wire code in ``wire_code``
           ├── FrameError               a frame that is not a request; ``frame_id`` when one could be read
-          └── ParamsError              invalid parameters, message "invalid <what> params: at <pointer>: <problem>"
+          ├── ParamsError              invalid parameters, message "invalid <what> params: at <pointer>: <problem>"
+          └── MissingScopeError        ``FORBIDDEN`` / ``MISSING_SCOPE``: the connection lacks the scope it needs
+
+Scopes: :data:`METHOD_SCOPES` says which operator scope each method needs; the commands a ``chat.send`` message
+may run need their own (:data:`clawstack.gateway.commands.COMMAND_SCOPES`). :func:`scope_satisfied` is the one
+rule of which scope grants which.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
@@ -40,6 +45,7 @@ __all__ = [
     "DEFAULT_TICK_INTERVAL_MS",
     "EVENTS",
     "METHOD_SCOPES",
+    "OPERATOR_SCOPES",
     "PROTOCOL_VERSION",
     "SCOPED_CLIENTS",
     "ChannelIdentityParams",
@@ -52,6 +58,8 @@ __all__ = [
     "ErrorCode",
     "FrameError",
     "HookAgentParams",
+    "MissingScopeError",
+    "OperatorScope",
     "ParamsError",
     "ProtocolError",
     "RequestFrame",
@@ -68,6 +76,7 @@ __all__ = [
     "parse_request_frame",
     "response_error",
     "response_ok",
+    "scope_satisfied",
 ]
 
 #: The one protocol version this gateway speaks.
@@ -88,8 +97,14 @@ ErrorCode = Literal["INVALID_REQUEST", "FORBIDDEN", "UNAVAILABLE"]
 #: ``(client id, mode)`` pairs that keep the scopes they ask for without a device identity.
 SCOPED_CLIENTS: Final[frozenset[tuple[str, str]]] = frozenset({("gateway-client", "backend"), ("cli", "cli")})
 
-#: The scope each method needs. ``operator.admin`` grants every scope; ``operator.write`` also grants read.
-METHOD_SCOPES: Final[Mapping[str, str]] = {
+OperatorScope = Literal["operator.admin", "operator.write", "operator.read"]
+"""OpenClaw's operator scopes: ``operator.admin`` grants every scope, ``operator.write`` also grants read."""
+
+#: The operator scopes, strongest first.
+OPERATOR_SCOPES: Final[tuple[OperatorScope, ...]] = get_args(OperatorScope)
+
+#: The scope each method needs (see :func:`scope_satisfied`).
+METHOD_SCOPES: Final[Mapping[str, OperatorScope]] = {
     "chat.send": "operator.write",
     "chat.abort": "operator.write",
     "chat.history": "operator.read",
@@ -123,6 +138,18 @@ class ProtocolError(GatewayError):
         if self.details is not None:
             shape["details"] = self.details
         return shape
+
+
+class MissingScopeError(ProtocolError):
+    """The connection lacks ``scope``, which the method or the command it sent needs."""
+
+    def __init__(self, scope: OperatorScope) -> None:
+        super().__init__(
+            "FORBIDDEN",
+            f"missing scope: {scope}",
+            details={"code": "MISSING_SCOPE", "missingScope": scope, "requiredScopes": [scope]},
+        )
+        self.scope: OperatorScope = scope
 
 
 class FrameError(ProtocolError):
@@ -318,7 +345,7 @@ class UsersSetRoleParams(_Params):
     """``users.setRole``: give an operator exactly one role (``None``: none at all)."""
 
     profileId: NonEmpty
-    role: Literal["operator.admin", "operator.write", "operator.read"] | None
+    role: OperatorScope | None
 
 
 class ChannelIdentityParams(_Params):
@@ -412,11 +439,15 @@ def granted_scopes(params: ConnectParams) -> tuple[str, ...]:
     return ()
 
 
-def missing_scope(method: str, scopes: tuple[str, ...]) -> str | None:
+def scope_satisfied(held: Iterable[str], needed: str) -> bool:
+    """Whether ``held`` grants ``needed``: ``operator.admin`` grants all, ``operator.write`` grants ``operator.read``."""
+    scopes = frozenset(held)
+    return "operator.admin" in scopes or needed in scopes or (needed == "operator.read" and "operator.write" in scopes)
+
+
+def missing_scope(method: str, scopes: tuple[str, ...]) -> OperatorScope | None:
     """The scope ``method`` needs that ``scopes`` lacks, or ``None`` when it may be called."""
     needed = METHOD_SCOPES.get(method)
-    if needed is None or "operator.admin" in scopes or needed in scopes:
-        return None
-    if needed == "operator.read" and "operator.write" in scopes:
+    if needed is None or scope_satisfied(scopes, needed):
         return None
     return needed

@@ -7,9 +7,10 @@ endpoints of :mod:`clawstack.gateway.http_routes` (the hook trigger, the webhook
 
 A connection goes through the handshake (``connect.challenge`` event, ``connect`` request, ``hello-ok``), then
 sends requests; the server checks each request's method and scopes, has :mod:`clawstack.gateway.methods` answer
-it, answers each in order and pushes events. Every outgoing frame goes through the connection's queue, written by
-one task, so events keep their ``seq`` order and a slow reader never stalls a run; a connection whose unsent output
-passes ``max_buffered_bytes`` is closed (1008).
+it (which checks the scope the command a ``chat.send`` message runs needs), answers each in order and pushes
+events. Every outgoing frame goes through the connection's queue, written by one task, so events keep their
+``seq`` order and a slow reader never stalls a run; a connection whose unsent output passes ``max_buffered_bytes``
+is closed (1008).
 
 Runs: every run (``chat.send``, channel messages, plugin and hook turns) belongs to the server's
 :class:`~clawstack.gateway.runner.GatewayRuns`; its events go to every connection subscribed to the session.
@@ -74,6 +75,7 @@ from clawstack.gateway.protocol import (
     PROTOCOL_VERSION,
     ConnectParams,
     FrameError,
+    MissingScopeError,
     ProtocolError,
     RequestFrame,
     event_frame,
@@ -606,11 +608,7 @@ class GatewayServer:
             raise ProtocolError("INVALID_REQUEST", f"unknown method: {method}")
         needed = missing_scope(method, conn.scopes)
         if needed is not None:
-            raise ProtocolError(
-                "FORBIDDEN",
-                f"missing scope: {needed}",
-                details={"code": "MISSING_SCOPE", "missingScope": needed, "requiredScopes": [needed]},
-            )
+            raise MissingScopeError(needed)
         assert self._methods is not None  # connections are served only once start() has built it
         return await self._methods.call(conn, frame)
 

@@ -122,7 +122,7 @@ async def test_a_run_against_the_real_gateway(gateway: GatewayServer) -> None:
     try:
         assert await client.wait_connected(WAIT_S)
         assert client.hello["protocol"] == 4
-        assert client.hello["auth"]["scopes"] == ["operator.read", "operator.write", "operator.admin"]
+        assert client.hello["auth"]["scopes"] == ["operator.read", "operator.write"]
         answer = await client.chat_send(KEY, "@fake reply: hi there", "run-one")
         assert answer == {"runId": "run-one", "status": "started"}
         watch = client.watch("run-one", KEY)
@@ -177,8 +177,47 @@ async def test_the_handshake_frame_and_token_auth() -> None:
     assert params["client"]["version"]
     assert params["client"]["platform"]
     assert params["role"] == "operator"
-    assert params["scopes"] == ["operator.read", "operator.write", "operator.admin"]
+    assert params["scopes"] == ["operator.read", "operator.write"]
     assert params["auth"] == {"token": "tok"}
+
+
+async def test_every_method_clawconnect_calls_works_without_admin_and_admin_work_is_refused(
+    gateway: GatewayServer,
+) -> None:
+    client = client_for(gateway.url)
+    await client.start()
+    try:
+        assert await client.wait_connected(WAIT_S)
+        assert client.hello["auth"]["scopes"] == ["operator.read", "operator.write"]
+        watch = client.watch("plain", KEY)
+        assert (await client.chat_send(KEY, "@fake reply: hi", "plain"))["status"] == "started"
+        while (event := await watch.next(WAIT_S)) is not None and event.payload.get("state") != "final":
+            pass
+        assert event is not None
+        started = await client.chat_send(KEY, "@fake delay-ms: 60000\n@fake reply: never", "slow")
+        assert started == {"runId": "slow", "status": "started"}
+        subscribed = await client.request("sessions.messages.subscribe", {"sessionKey": KEY})
+        assert subscribed == {"subscribed": True, "sessionKey": KEY}
+        aborted = await client.request("chat.abort", {"sessionKey": KEY, "runId": "slow"})
+        assert aborted == {"ok": True, "aborted": True, "runIds": ["slow"]}
+        before = await client.chat_history(KEY)
+        assert before["messages"][1]["content"] == [{"type": "text", "text": "hi"}]
+        missing_admin = {
+            "code": "MISSING_SCOPE",
+            "missingScope": "operator.admin",
+            "requiredScopes": ["operator.admin"],
+        }
+        for message in ("/reset", "/new"):
+            with pytest.raises(GatewayRequestError) as refused:
+                await client.chat_send(KEY, message, f"reset-{message}")
+            assert (refused.value.code, refused.value.message) == ("FORBIDDEN", "missing scope: operator.admin")
+            assert refused.value.details == missing_admin
+        with pytest.raises(GatewayRequestError) as refused:
+            await client.request("sessions.reset", {"key": KEY})
+        assert refused.value.details == missing_admin
+        assert await client.chat_history(KEY) == before
+    finally:
+        await client.aclose()
 
 
 async def test_a_gateway_that_never_answers_times_the_handshake_out() -> None:

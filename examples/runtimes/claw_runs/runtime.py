@@ -10,15 +10,17 @@ runtime.py``; ClawConnect then calls:
   ``<session_id>--c<n>``; the session's current run is the last of that chain (see README.md).
 - ``detach``: cancels the current run.
 
-Configuration (the operator's, read once at registration): ``CLAW_RUNS_SOCKET`` (the supervisor's ``runs.sock``)
-and ``CLAW_RUNS_INSTALLATION``. A marker's ``metadata.socket`` and ``metadata.installation`` fill in what the
-operator left unset and never override it.
+Configuration is the operator's alone, read once at registration: ``CLAW_RUNS_SOCKET`` (the supervisor's
+``runs.sock``) and ``CLAW_RUNS_INSTALLATION``, both required; without either the module refuses to register
+(``not_configured``, logged). Where the calls go is never taken from a caller: a marker's or a directive's metadata
+and the session reference choose only the run, never the socket or the installation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,13 +49,14 @@ RUN_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,120}")
 INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 HOME: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 _TERMINAL: Final = frozenset({"stopped", "failed"})
+_log = logging.getLogger(__name__)
 
 
 class ClawRunsError(Exception):
-    """A call could not be answered. ``code`` is stable: ``invalid_session_id``, ``not_configured``,
-    ``config_conflict``, ``prompt_required``, ``invalid_home``, ``run_in_progress``, ``chain_too_long``,
-    ``aborted``, or the supervisor's own code (``template_unknown``, ``digest_mismatch``, ``socket_unavailable``,
-    …). ClawConnect reports any of them as the operation's ``<op>_failed``."""
+    """A call could not be answered. ``code`` is stable: ``invalid_session_id``, ``prompt_required``,
+    ``invalid_home``, ``run_in_progress``, ``chain_too_long``, ``aborted``, or the supervisor's own code
+    (``template_unknown``, ``digest_mismatch``, ``socket_unavailable``, …); ClawConnect reports any of them as the
+    operation's ``<op>_failed``. ``not_configured`` is raised at registration (or construction) only."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -183,16 +186,21 @@ class _Target:
 
 
 class ClawRunsRuntime:
-    """The callbacks of one ``claw-runs`` runtime."""
+    """The callbacks of one ``claw-runs`` runtime, bound to one supervisor socket and one installation, both the
+    operator's: nothing a caller sends can point it elsewhere."""
 
     def __init__(
         self,
         *,
-        socket: Path | None,
-        installation: str | None,
+        socket: Path,
+        installation: str,
         client_factory: Callable[[Path], AsyncRunsClient] = AsyncRunsClient,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        if not socket.is_absolute():
+            raise ClawRunsError("not_configured", "the supervisor's socket path must be absolute")
+        if not INSTALLATION.fullmatch(installation):
+            raise ClawRunsError("not_configured", "an installation is [a-z0-9][a-z0-9-]{0,63}")
         self.socket = socket
         self.installation = installation
         self._client_factory = client_factory
@@ -202,26 +210,7 @@ class ClawRunsRuntime:
         session_id = ref.session_id
         if not isinstance(session_id, str) or not RUN_ID.fullmatch(session_id):
             raise ClawRunsError("invalid_session_id", "a claw-runs session id is a run id: 1 to 120 of A-Z a-z 0-9 _ -")
-        metadata = ref.metadata if isinstance(ref.metadata, Mapping) else {}
-        socket = self._setting("socket", str(self.socket) if self.socket else None, metadata, SOCKET_ENV)
-        if not os.path.isabs(socket):
-            raise ClawRunsError("not_configured", "the supervisor's socket path must be absolute")
-        installation = self._setting("installation", self.installation, metadata, INSTALLATION_ENV)
-        if not INSTALLATION.fullmatch(installation):
-            raise ClawRunsError("not_configured", "an installation is [a-z0-9][a-z0-9-]{0,63}")
-        return _Target(Path(socket), installation, session_id)
-
-    @staticmethod
-    def _setting(key: str, configured: str | None, metadata: Mapping[str, str], env: str) -> str:
-        """The operator's value; the marker's only where the operator set none, and never a different one."""
-        offered = metadata.get(key)
-        if configured is not None:
-            if offered is not None and offered != configured:
-                raise ClawRunsError("config_conflict", f"metadata.{key} differs from the operator's {env}")
-            return configured
-        if not isinstance(offered, str) or not offered:
-            raise ClawRunsError("not_configured", f"no {key}: set {env} or send metadata.{key} with the marker")
-        return offered
+        return _Target(self.socket, self.installation, session_id)
 
     async def _current(
         self, client: AsyncRunsClient, target: _Target, hint: object
@@ -339,16 +328,22 @@ def _authority(status: Mapping[str, Any]) -> timedelta:
     return timedelta(milliseconds=expires - accepted)
 
 
+def _not_configured(problem: str) -> ClawRunsError:
+    _log.error("%s is not registered: %s", RUNTIME_ID, problem)
+    return ClawRunsError("not_configured", problem)
+
+
 def register_agent_session_runtimes(registry: _Registry, environ: Mapping[str, str] | None = None) -> None:
-    """Register ``claw-runs`` with ``inspect``, ``continue`` and ``detach``."""
+    """Register ``claw-runs`` with ``inspect``, ``continue`` and ``detach``; refuses (``not_configured``, logged)
+    unless the operator set both ``CLAW_RUNS_SOCKET`` and ``CLAW_RUNS_INSTALLATION``."""
     env = os.environ if environ is None else environ
-    socket = env.get(SOCKET_ENV, "").strip() or None
-    if socket is not None and not os.path.isabs(socket):
-        raise ClawRunsError("not_configured", f"{SOCKET_ENV} must be an absolute path")
-    installation = env.get(INSTALLATION_ENV, "").strip() or None
-    if installation is not None and not INSTALLATION.fullmatch(installation):
-        raise ClawRunsError("not_configured", f"{INSTALLATION_ENV} must match [a-z0-9][a-z0-9-]{{0,63}}")
-    runtime = ClawRunsRuntime(socket=Path(socket) if socket else None, installation=installation)
+    socket = env.get(SOCKET_ENV, "").strip()
+    if not socket or not os.path.isabs(socket):
+        raise _not_configured(f"{SOCKET_ENV} must name the supervisor's socket (an absolute path)")
+    installation = env.get(INSTALLATION_ENV, "").strip()
+    if not INSTALLATION.fullmatch(installation):
+        raise _not_configured(f"{INSTALLATION_ENV} must name the installation ([a-z0-9][a-z0-9-]{{0,63}})")
+    runtime = ClawRunsRuntime(socket=Path(socket), installation=installation)
     registry.register(
         RUNTIME_ID,
         provider=env.get(PROVIDER_ENV, "").strip() or DEFAULT_PROVIDER,

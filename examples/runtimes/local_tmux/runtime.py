@@ -7,9 +7,14 @@ object per line, ``{"ts": …, "role": …, "text": …}``), loads this module w
 
 - ``inspect``: tmux liveness (``has-session`` and the pane's ``#{pane_dead}``) plus the transcript. ``running``
   while the pane is alive; ``completed`` with the last assistant entry as ``finalResponse`` only after the pane has
-  ended and only if that entry is datable; ``dead`` when the pane ended without one; ``None`` when neither the tmux
-  session nor the transcript directory exists. Entries that cannot be dated are skipped.
+  ended and only if that entry is datable; ``dead`` when the pane ended without one. Entries that cannot be dated
+  are skipped.
 - ``detach``: kills the tmux session (ClawConnect calls it only for an explicit detach with ``stopRuntime: true``).
+
+A session is this runtime's only if its directory ``<root>/<session_id>/`` exists as a real directory (a symbolic
+link there is not followed and does not count). For any other id both callbacks answer ``None`` (no such session)
+before tmux is run at all: a tmux session on this host that the host did not give a directory under the root is
+never read or killed, whatever a caller names.
 
 There is no ``continue``: this runtime cannot deliver a follow-up turn, so the seam answers
 ``unsupported_operation``. See README.md beside this file.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -45,6 +51,7 @@ SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _ABSENT: Final = ("can't find session", "session not found", "no server running", "No such file or directory")
 # Epoch numbers below this are seconds, above it milliseconds (10^11 ms is March 1973).
 _MS_THRESHOLD: Final = 10**11
+_log = logging.getLogger(__name__)
 
 
 class LocalTmuxError(Exception):
@@ -88,8 +95,11 @@ class Entry:
 
 @dataclass(frozen=True)
 class Transcript:
+    """The datable entries of a session's transcript; ``present`` is false when the session has no transcript file."""
+
     entries: tuple[Entry, ...]
     skipped: int
+    present: bool = True
 
 
 _T = TypeVar("_T")
@@ -164,10 +174,26 @@ def parse_transcript(data: bytes, *, truncated: bool) -> Transcript:
     return Transcript(tuple(entries), skipped)
 
 
-def _read_tail(path: Path) -> tuple[bytes, bool] | None:
-    """The last bytes of ``path`` and whether the file was longer; ``None`` if there is no such regular file."""
+def _is_segment(name: str) -> bool:
+    """Whether ``name`` names an entry directly inside a directory (never its parent, never a path)."""
+    return name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def _open_directory(root: Path, name: str) -> int | None:
+    """A descriptor of the real directory ``root/name`` (a symbolic link there is not followed), else ``None``."""
+    if not _is_segment(name):
+        return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return os.open(root / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+
+
+def _read_tail(directory: int, name: str) -> tuple[bytes, bool] | None:
+    """The last bytes of the file ``name`` in ``directory`` and whether the file was longer; ``None`` if there is no
+    such regular file (a symbolic link is not followed)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -181,7 +207,8 @@ def _read_tail(path: Path) -> tuple[bytes, bool] | None:
 
 
 class LocalTmuxRuntime:
-    """The callbacks of one ``local-tmux`` runtime: tmux sessions on this host, transcripts under ``root``."""
+    """The callbacks of one ``local-tmux`` runtime: tmux sessions on this host, each with a directory under ``root``
+    (the operator's); an id without one is not this runtime's."""
 
     def __init__(self, root: Path, *, tmux: str = "tmux") -> None:
         self.root = root
@@ -229,27 +256,33 @@ class LocalTmuxRuntime:
             return "gone"
         raise LocalTmuxError("tmux_failed", f"tmux cannot tell whether the pane is alive: {(err or out)[:200]!r}")
 
-    def _session_dir(self, session_id: str) -> Path | None:
-        path = self.root / session_id
-        try:
-            info = path.lstat()
-        except OSError:
-            return None
-        return path if stat.S_ISDIR(info.st_mode) else None
+    def owns(self, session_id: str) -> bool:
+        """Whether ``session_id`` is this runtime's: ``<root>/<session_id>/`` is a real directory, not a link."""
+        directory = _open_directory(self.root, session_id)
+        if directory is None:
+            return False
+        os.close(directory)
+        return True
 
     def read_transcript(self, session_id: str) -> Transcript | None:
-        """The session's transcript; ``None`` if its directory does not exist, empty if the file does not."""
-        directory = self._session_dir(session_id)
+        """The session's transcript; ``None`` if the session is not this runtime's, empty if the file is missing."""
+        directory = _open_directory(self.root, session_id)
         if directory is None:
             return None
-        tail = _read_tail(directory / TRANSCRIPT)
-        return Transcript((), 0) if tail is None else parse_transcript(tail[0], truncated=tail[1])
+        try:
+            tail = _read_tail(directory, TRANSCRIPT)
+        finally:
+            os.close(directory)
+        return Transcript((), 0, present=False) if tail is None else parse_transcript(tail[0], truncated=tail[1])
 
     async def _observe(self, session_id: str) -> dict[str, Any] | None:
+        if not self.owns(session_id):
+            return None  # not a session of this runtime: tmux is never asked about it
+        # The pane before the transcript: once the pane has ended, everything the agent wrote is on disk.
         pane = await self.pane_state(session_id)
         transcript = await asyncio.to_thread(self.read_transcript, session_id)
-        if transcript is None and pane == "gone":
-            return None  # neither a tmux session nor a transcript directory: no such session
+        if transcript is None:
+            return None  # its directory went away meanwhile: no longer a session of this runtime
         return observe(pane, transcript)
 
     async def inspect(self, ref: _Ref, options: _Options) -> dict[str, Any] | None:
@@ -264,6 +297,8 @@ class LocalTmuxRuntime:
         before = await self._observe(session_id)
         if before is None or not stop_runtime:
             return before
+        if not self.owns(session_id):
+            return None  # its directory went away while it was read: not this runtime's to kill any more
         if before["metadata"]["pane"] != "gone":
             code, _, err = await self._tmux("kill-session", "-t", f"={session_id}")
             if code != 0 and await self.has_session(session_id):
@@ -280,17 +315,17 @@ class LocalTmuxRuntime:
         }
 
 
-def observe(pane: str, transcript: Transcript | None) -> dict[str, Any]:
-    """The observation for a pane state (``alive``, ``dead``, ``gone``) and a transcript (``None``: no directory).
+def observe(pane: str, transcript: Transcript) -> dict[str, Any]:
+    """The observation for a pane state (``alive``, ``dead``, ``gone``) and the session's transcript.
 
     The pane ended (``dead`` or ``gone``) is the only time the transcript's last assistant entry is an answer.
     """
-    entries = transcript.entries if transcript is not None else ()
+    entries = transcript.entries
     metadata = {
         "pane": pane,
-        "transcript": "missing" if transcript is None else "present",
+        "transcript": "present" if transcript.present else "missing",
         "transcriptEntries": str(len(entries)),
-        "skippedEntries": str(transcript.skipped if transcript is not None else 0),
+        "skippedEntries": str(transcript.skipped),
     }
     last_event = max((e.at_ms for e in entries), default=None)
     answers = [e for e in entries if e.role == "assistant"]
@@ -317,11 +352,12 @@ def observe(pane: str, transcript: Transcript | None) -> dict[str, Any]:
 
 
 def register_agent_session_runtimes(registry: _Registry, environ: Mapping[str, str] | None = None) -> None:
-    """Register ``local-tmux`` with ``inspect`` and ``detach``; the transcript root is ``LOCAL_TMUX_RUNTIME_ROOT``."""
+    """Register ``local-tmux`` with ``inspect`` and ``detach``; the sessions' root is ``LOCAL_TMUX_RUNTIME_ROOT``."""
     env = os.environ if environ is None else environ
     root = env.get(ROOT_ENV, "").strip()
     if not root or not os.path.isabs(root):
-        raise LocalTmuxError("not_configured", f"{ROOT_ENV} must name the transcripts' root directory (absolute)")
+        _log.error("%s is not registered: %s must name the sessions' root directory (absolute)", RUNTIME_ID, ROOT_ENV)
+        raise LocalTmuxError("not_configured", f"{ROOT_ENV} must name the sessions' root directory (absolute)")
     runtime = LocalTmuxRuntime(Path(root))
     registry.register(
         RUNTIME_ID,

@@ -10,26 +10,38 @@ lone closing one is removed), whatever it holds. Only the first block counts, an
 without a block, the first marker counts. The JSON is a strict object of the fields below; anything else makes the
 directive **malformed**, and a malformed directive is ignored (the task still submits). Fields:
 
-``runtime`` (``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``), ``sessionId`` (a plain path segment: no ``/`` or ``\\``, not
-``.`` or ``..``, no control characters, at most 256 characters), ``provider``, ``providerSessionId``, ``host``
-(non-empty strings without control characters, at most 256), ``remoteUrl`` (an ``http``/``https`` URL),
-``state`` (the closed vocabulary), ``metadata`` (an object of strings), ``reason`` (required by ``replace`` and
-``detach``), ``stopRuntime`` (``detach`` only, a JSON boolean; only ``true`` stops the session in its runtime),
-``prompt`` (``continue`` only). ``attach`` and ``replace`` need ``runtime`` and ``sessionId``; ``continue``,
-``detach`` and ``inspect`` address the current attachment, and when they name ``runtime``/``sessionId`` those
-must both be given.
+``runtime`` (``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``), ``sessionId`` (``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``, matched
+against the whole value), ``provider``, ``providerSessionId``, ``host`` (non-empty strings without control
+characters, at most 256), ``remoteUrl`` (an ``http``/``https`` URL), ``state`` (the closed vocabulary),
+``reason`` (required by ``replace`` and ``detach``), ``prompt`` (``continue`` only). ``attach`` and ``replace``
+need ``runtime`` and ``sessionId``; ``continue``, ``detach`` and ``inspect`` address the current attachment, and
+when they name ``runtime``/``sessionId`` those must both be given.
+
+Two fields are never a reason to call a directive malformed:
+
+* ``metadata`` becomes strings only. Each string value is kept; a finite number or a boolean is kept as the text
+  JavaScript's ``String()`` gives it (``1`` and ``1.0`` → ``"1"``, ``1.5`` → ``"1.5"``, ``1e21`` → ``"1e+21"``,
+  ``true`` → ``"true"``); an object, an array, ``null`` or a number too large for a double is dropped. An entry
+  whose key is empty or longer than 128 characters, or whose value is longer than 4096, is dropped, and entries
+  past the 64th kept one are dropped. A ``metadata`` that is not a JSON object is dropped whole.
+* ``stopRuntime`` stops the session in its runtime only on a ``detach`` and only as the JSON literal ``true``; any
+  other value (``false``, ``"true"``, ``1``, ``null``) or none is a detach that leaves the runtime alone. On any other
+  operation, and on a marker, it is ignored.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
+from clawstack.connect.agent_session.normalize import clean_metadata
 from clawstack.connect.agent_session.types import STATES, State, is_runtime_id
 
 Action = Literal["attach", "continue", "replace", "detach", "inspect"]
@@ -44,8 +56,8 @@ MAX_FIELD_CHARS: Final = 256
 MAX_URL_CHARS: Final = 2048
 MAX_REASON_CHARS: Final = 1000
 MAX_PROMPT_CHARS: Final = 200_000
-MAX_METADATA_ENTRIES: Final = 64
-MAX_METADATA_VALUE_CHARS: Final = 4096
+SESSION_ID_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_SESSION_ID_RE: Final = re.compile(SESSION_ID_PATTERN)
 
 _MARKER_RE: Final = re.compile(re.escape(MARKER_OPEN) + r"(.*?)" + re.escape(MARKER_CLOSE), re.S)
 _BLOCK_RE: Final = re.compile(re.escape(BLOCK_OPEN) + r"(.*?)" + re.escape(BLOCK_CLOSE), re.S)
@@ -103,26 +115,55 @@ def _plain(data: Mapping[str, Any], key: str, limit: int = MAX_FIELD_CHARS) -> s
 
 
 def is_session_segment(value: object) -> bool:
-    """Whether ``value`` is a plain path segment usable as a ``sessionId``."""
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= MAX_FIELD_CHARS
-        and value not in (".", "..")
-        and "/" not in value
-        and "\\" not in value
-        and value.strip() == value
-        and not _has_control(value)
-    )
+    """Whether ``value`` is a valid ``sessionId``: the whole of it matches ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``
+    (so it is always a plain path segment, never ``.`` or ``..``)."""
+    return isinstance(value, str) and _SESSION_ID_RE.fullmatch(value) is not None
+
+
+def js_number_text(value: float) -> str | None:
+    """The text JavaScript's ``String()`` gives the double ``value`` (``1.0`` → ``"1"``, ``1e21`` → ``"1e+21"``,
+    ``1e-7`` → ``"1e-7"``, ``-0.0`` → ``"0"``); ``None`` for a value that is not finite."""
+    if not math.isfinite(value):
+        return None
+    if value == 0:
+        return "0"
+    # repr() gives the shortest digits that round-trip, as ECMAScript's Number::toString requires; the value is
+    # 0.<digits> × 10^point.
+    _, coefficient, exponent = Decimal(repr(abs(value))).as_tuple()
+    point = len(coefficient) + int(exponent)
+    digits = "".join(map(str, coefficient)).rstrip("0")
+    sign = "-" if value < 0 else ""
+    if len(digits) <= point <= 21:
+        return sign + digits + "0" * (point - len(digits))
+    if 0 < point <= 21:
+        return sign + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return sign + "0." + "0" * -point + digits
+    power = f"e{'+' if point > 0 else '-'}{abs(point - 1)}"
+    return sign + digits[0] + ("." + digits[1:] if len(digits) > 1 else "") + power
+
+
+def _metadata_text(value: object) -> str | None:
+    """A metadata value as a string: strings as they are, finite numbers and booleans as JavaScript prints them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        try:
+            value = float(value)  # as JavaScript reads a JSON number: a double
+        except OverflowError:
+            return None
+    if isinstance(value, float):
+        return js_number_text(value)
+    return None
 
 
 def _metadata(data: Mapping[str, Any]) -> dict[str, str]:
-    value = data.get("metadata", {})
-    if not isinstance(value, dict) or len(value) > MAX_METADATA_ENTRIES:
-        raise MalformedDirective(f"metadata: must be an object of at most {MAX_METADATA_ENTRIES} strings")
-    for key, item in value.items():
-        if not key or len(key) > 128 or not isinstance(item, str) or len(item) > MAX_METADATA_VALUE_CHARS:
-            raise MalformedDirective("metadata: every value must be a string")
-    return dict(value)
+    value = data.get("metadata")
+    if not isinstance(value, Mapping):
+        return {}
+    return clean_metadata({key: _metadata_text(item) for key, item in value.items()})
 
 
 def validate(data: object, *, from_marker: bool) -> Directive:
@@ -148,7 +189,7 @@ def validate(data: object, *, from_marker: bool) -> Directive:
         if not is_runtime_id(runtime):
             raise MalformedDirective("runtime: must match [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
         if not is_session_segment(session_id):
-            raise MalformedDirective("sessionId: must be a plain path segment")
+            raise MalformedDirective(f"sessionId: must match {SESSION_ID_PATTERN}")
     state = data.get("state")
     if state is not None and state not in STATES:
         raise MalformedDirective("state: must be a state of the vocabulary")
@@ -160,9 +201,6 @@ def validate(data: object, *, from_marker: bool) -> Directive:
     reason = _plain(data, "reason", MAX_REASON_CHARS)
     if action in ("replace", "detach") and reason is None:
         raise MalformedDirective(f"reason: {action} needs a reason")
-    stop_runtime = data.get("stopRuntime", False)
-    if "stopRuntime" in data and (action != "detach" or not isinstance(stop_runtime, bool)):
-        raise MalformedDirective("stopRuntime: only detach takes it, as true or false")
     prompt = data.get("prompt")
     if "prompt" in data and (action != "continue" or not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS):
         raise MalformedDirective("prompt: only continue takes it, as a string")
@@ -177,7 +215,7 @@ def validate(data: object, *, from_marker: bool) -> Directive:
         state=state,
         metadata=_metadata(data),
         reason=reason,
-        stop_runtime=stop_runtime is True,
+        stop_runtime=action == "detach" and data.get("stopRuntime") is True,
         prompt=prompt if isinstance(prompt, str) else None,
         from_marker=from_marker,
     )
@@ -248,11 +286,13 @@ __all__ = [
     "BLOCK_OPEN",
     "MARKER_CLOSE",
     "MARKER_OPEN",
+    "SESSION_ID_PATTERN",
     "Action",
     "Directive",
     "MalformedDirective",
     "ParsedContext",
     "is_session_segment",
+    "js_number_text",
     "mentions_agent_session",
     "parse_context",
     "validate",

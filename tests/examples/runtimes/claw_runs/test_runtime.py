@@ -5,6 +5,7 @@ synchronise: every wait polls a condition with a deadline, or long-polls the sup
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -84,31 +85,51 @@ def test_registers_all_three_callbacks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("environ", "code"),
+    ("environ", "names"),
     [
-        ({"CLAW_RUNS_SOCKET": "relative/runs.sock"}, "not_configured"),
-        ({"CLAW_RUNS_INSTALLATION": "Not An Installation"}, "not_configured"),
+        ({}, "CLAW_RUNS_SOCKET"),
+        ({"CLAW_RUNS_INSTALLATION": "acme"}, "CLAW_RUNS_SOCKET"),
+        ({"CLAW_RUNS_SOCKET": "  ", "CLAW_RUNS_INSTALLATION": "acme"}, "CLAW_RUNS_SOCKET"),
+        ({"CLAW_RUNS_SOCKET": "relative/runs.sock", "CLAW_RUNS_INSTALLATION": "acme"}, "CLAW_RUNS_SOCKET"),
+        ({"CLAW_RUNS_SOCKET": "/tmp/cs-none/runs.sock"}, "CLAW_RUNS_INSTALLATION"),
+        ({"CLAW_RUNS_SOCKET": "/tmp/cs-none/runs.sock", "CLAW_RUNS_INSTALLATION": "Bad One"}, "CLAW_RUNS_INSTALLATION"),
     ],
 )
-def test_registration_refuses_bad_settings(environ: dict[str, str], code: str) -> None:
+def test_registration_refuses_unless_the_operator_configured_it(
+    environ: dict[str, str], names: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = RecordingRegistry()
+    with caplog.at_level(logging.ERROR), pytest.raises(runtime.ClawRunsError) as caught:
+        runtime.register_agent_session_runtimes(registry, environ)
+    assert caught.value.code == "not_configured"
+    assert registry.calls == []
+    [record] = caplog.records
+    assert record.getMessage().startswith("claw-runs is not registered: ")
+    assert names in record.getMessage()
+    assert "cs-none" not in record.getMessage()  # the line names the variable, never its value
+
+
+def test_the_operator_s_settings_are_required_in_python_too() -> None:
     with pytest.raises(runtime.ClawRunsError) as caught:
-        runtime.register_agent_session_runtimes(RecordingRegistry(), environ)
-    assert caught.value.code == code
+        runtime.ClawRunsRuntime(socket=Path("relative.sock"), installation="acme")
+    assert caught.value.code == "not_configured"
+    with pytest.raises(runtime.ClawRunsError) as caught:
+        runtime.ClawRunsRuntime(socket=Path("/tmp/cs-none/runs.sock"), installation="")
+    assert caught.value.code == "not_configured"
+    assert runtime.ClawRunsRuntime(socket=Path("/tmp/cs-none/runs.sock"), installation="acme").installation == "acme"
 
 
 BAD_REFS = [
-    (Ref("../../etc/passwd"), "invalid_session_id"),
-    (Ref("a/b"), "invalid_session_id"),
-    (Ref("a.b"), "invalid_session_id"),
-    (Ref(""), "invalid_session_id"),
-    (Ref("x" * 121), "invalid_session_id"),
-    (Ref("r-1", metadata={"installation": "other"}), "config_conflict"),
-    (Ref("r-1", metadata={"socket": "/tmp/cs-other/runs.sock"}), "config_conflict"),
+    Ref("../../etc/passwd"),
+    Ref("a/b"),
+    Ref("a.b"),
+    Ref(""),
+    Ref("x" * 121),
 ]
 
 
-@pytest.mark.parametrize(("ref", "code"), BAD_REFS, ids=[f"{r.session_id[:20]}-{c}" for r, c in BAD_REFS])
-async def test_a_bad_reference_is_refused_before_any_call(ref: Ref, code: str) -> None:
+@pytest.mark.parametrize("ref", BAD_REFS, ids=[r.session_id[:20] for r in BAD_REFS])
+async def test_a_bad_reference_is_refused_before_any_call(ref: Ref) -> None:
     registration = registered(CLAW_RUNS_SOCKET="/tmp/cs-none/runs.sock")
     for call in (
         registration.inspect(ref, options()),
@@ -117,25 +138,39 @@ async def test_a_bad_reference_is_refused_before_any_call(ref: Ref, code: str) -
     ):
         with pytest.raises(runtime.ClawRunsError) as caught:
             await call
-        assert caught.value.code == code
+        assert caught.value.code == "invalid_session_id"
 
 
-@pytest.mark.parametrize(
-    ("metadata", "code"),
-    [
-        ({}, "not_configured"),  # no socket from the operator or the marker
-        ({"socket": "relative.sock", "installation": "acme"}, "not_configured"),
-        ({"socket": "/tmp/cs-none/runs.sock", "installation": "Bad"}, "not_configured"),
-    ],
-)
-async def test_what_the_operator_left_unset_must_come_valid_from_the_marker(
-    metadata: dict[str, str], code: str
-) -> None:
-    registry = RecordingRegistry()
-    runtime.register_agent_session_runtimes(registry, {})
-    with pytest.raises(runtime.ClawRunsError) as caught:
-        await registry.only().inspect(Ref("r-1", metadata=metadata), options())
-    assert caught.value.code == code
+CALLER_ENDPOINTS = [
+    {"socket": "DECOY"},
+    {"socket": "DECOY", "installation": "other"},
+    {"socketPath": "DECOY", "runsSocket": "DECOY", "CLAW_RUNS_SOCKET": "DECOY"},
+]
+
+
+@pytest.mark.parametrize("metadata", CALLER_ENDPOINTS, ids=lambda m: ",".join(m))
+async def test_a_socket_named_by_a_caller_is_never_connected_to(short_dir: Path, metadata: dict[str, str]) -> None:
+    connections: list[int] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    decoy = short_dir / "decoy.sock"
+    offered = {key: str(decoy) if value == "DECOY" else value for key, value in metadata.items()}
+    server = await asyncio.start_unix_server(accept, path=str(decoy))
+    async with server:
+        registration = registered(CLAW_RUNS_SOCKET=str(short_dir / "runs.sock"))  # the operator's: nobody listens
+        ref = Ref("r-1", metadata=offered)
+        for call in (
+            registration.inspect(ref, options()),
+            registration.continue_(ref, Continue("next", metadata=offered), options()),
+            registration.detach(ref, Detach("done", True), options()),
+        ):
+            with pytest.raises(runtime.ClawRunsError) as caught:
+                await call
+            assert caught.value.code == "socket_unavailable"  # it tried the operator's socket, and only that
+    assert connections == []
 
 
 async def test_an_unreachable_supervisor_is_an_error_not_a_state(short_dir: Path) -> None:
@@ -353,13 +388,13 @@ async def test_detach_of_an_unknown_run_is_no_such_session(stack: RunsStack) -> 
 
 
 @needs_bwrap
-async def test_the_socket_may_come_from_the_marker_when_the_operator_set_none(stack: RunsStack) -> None:
-    registry = RecordingRegistry()
-    runtime.register_agent_session_runtimes(registry, {})
-    await launch(stack, "marker-1", "@fake reply: via the marker")
-    metadata = {"socket": str(stack.socket_dir / "runs.sock"), "installation": "acme"}
-    observation = await wait_for_state(registry.only(), Ref("marker-1", metadata=metadata), "completed")
-    assert observation["finalResponse"] == "via the marker"
+async def test_a_marker_s_socket_and_installation_are_ignored(stack: RunsStack, short_dir: Path) -> None:
+    registration = registered(stack)
+    await launch(stack, "marker-1", "@fake reply: through the operator's socket")
+    metadata = {"socket": str(short_dir / "elsewhere.sock"), "installation": "other"}
+    observation = await wait_for_state(registration, Ref("marker-1", metadata=metadata), "completed")
+    assert observation["finalResponse"] == "through the operator's socket"
+    assert observation["metadata"]["installation"] == "acme"
 
 
 @needs_bwrap

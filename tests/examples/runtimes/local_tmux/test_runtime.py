@@ -1,9 +1,12 @@
-"""The ``local-tmux`` example runtime against a stub ``tmux`` placed first on ``PATH``.
+"""The ``local-tmux`` example runtime against a stub ``tmux`` placed first on ``PATH``, and against a real tmux.
 
 The stub is a small script whose behaviour the test controls through files in ``TMUX_STUB_DIR``: a file
 ``sessions/<name>`` is a live tmux session whose pane is alive (content ``0``) or dead (``1``); no ``sessions``
 directory means no tmux server; ``broken`` makes every call fail as an unreachable server would; ``hang`` makes
 every call hang. Each call is appended to ``calls.jsonl``, and the stub refuses a target that is not exact (``=``).
+
+The real-tmux tests run their own tmux server (a private ``TMUX_TMPDIR``) and kill it afterwards; they are skipped,
+saying why, where tmux is not installed.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -76,9 +82,12 @@ class Host:
     state: Path
     root: Path
 
-    def start(self, name: str, *, pane_dead: bool = False) -> None:
+    def start(self, name: str, *, pane_dead: bool = False, own: bool = True) -> None:
+        """A tmux session; ``own``: the host also gives it its directory under the root, making it the runtime's."""
         (self.state / "sessions").mkdir(exist_ok=True)
         (self.state / "sessions" / name).write_text("1" if pane_dead else "0")
+        if own:
+            (self.root / name).mkdir(exist_ok=True)
 
     def end(self, name: str) -> None:
         (self.state / "sessions" / name).unlink()
@@ -159,13 +168,15 @@ def test_the_provider_can_be_named(host: Host) -> None:
 
 
 @pytest.mark.parametrize("root", [None, "", "  ", "relative/dir"])
-def test_registration_needs_an_absolute_root(root: str | None) -> None:
+def test_registration_needs_an_absolute_root(root: str | None, caplog: pytest.LogCaptureFixture) -> None:
     registry = RecordingRegistry()
     environ = {} if root is None else {"LOCAL_TMUX_RUNTIME_ROOT": root}
-    with pytest.raises(runtime.LocalTmuxError) as caught:
+    with caplog.at_level(logging.ERROR), pytest.raises(runtime.LocalTmuxError) as caught:
         runtime.register_agent_session_runtimes(registry, environ)
     assert caught.value.code == "not_configured"
     assert registry.calls == []
+    [record] = caplog.records
+    assert record.getMessage().startswith("local-tmux is not registered: LOCAL_TMUX_RUNTIME_ROOT")
 
 
 def test_the_root_defaults_to_the_process_environment(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,12 +193,75 @@ async def test_no_tmux_session_and_no_directory_is_no_such_session(host: Host) -
     assert await inspect(host, "s1") is None  # no tmux server at all
     host.start("other")
     assert await inspect(host, "s1") is None  # a server, but not this session
+    assert host.calls() == []  # without its directory, tmux is never asked
 
 
 async def test_a_session_name_is_matched_exactly_never_as_a_prefix(host: Host) -> None:
+    (host.root / "s1").mkdir()
     host.start("s1-longer")
-    assert await inspect(host, "s1") is None
+    observation = await inspect(host, "s1")
+    assert observation["state"] == "dead"
+    assert observation["metadata"]["pane"] == "gone"  # s1-longer was not taken for s1
+    assert host.calls()
     assert all(call[call.index("-t") + 1].startswith("=") for call in host.calls())
+
+
+# --- which sessions are this runtime's --------------------------------------------------------------------------
+
+
+async def test_a_tmux_session_without_its_directory_is_refused_and_never_touched(host: Host) -> None:
+    host.start("theirs", own=False)  # a tmux session on this host that the host never gave a directory
+    assert await inspect(host, "theirs") is None
+    assert await detach(host, "theirs", stop_runtime=True) is None
+    assert host.alive("theirs")
+    assert host.calls() == []
+    # The positive control: a session the host started, with its directory, is read and stopped.
+    host.start("mine")
+    assert (await inspect(host, "mine"))["state"] == "running"
+    assert (await detach(host, "mine", stop_runtime=True))["state"] == "dead"
+    assert not host.alive("mine")
+    assert host.alive("theirs")
+    assert all(call[call.index("-t") + 1] in ("=mine", "=mine:") for call in host.calls())
+
+
+async def test_a_symlinked_session_directory_is_refused_and_its_session_never_touched(
+    host: Host, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "transcript.jsonl").write_text(json.dumps(assistant(T0, "from elsewhere")) + "\n")
+    host.start("linked", own=False)
+    (host.root / "linked").symlink_to(elsewhere)
+    assert await inspect(host, "linked") is None
+    assert await detach(host, "linked", stop_runtime=True) is None
+    assert host.alive("linked")
+    assert host.calls() == []
+    # The positive control: the same layout as a real directory is the runtime's.
+    host.start("real")
+    (host.root / "real" / "transcript.jsonl").write_text(json.dumps(assistant(T0, "mine")) + "\n")
+    assert (await inspect(host, "real"))["latestResponse"] == "mine"
+
+
+async def test_a_directory_under_the_root_is_the_only_way_in(host: Host, tmp_path: Path) -> None:
+    (host.root / "file").write_text("not a directory")
+    host.start("file", own=False)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host.start("outside", own=False)
+    for session_id in ("file", "outside", "no-such"):
+        assert await inspect(host, session_id) is None, session_id
+        assert await detach(host, session_id) is None, session_id
+    assert host.alive("file")
+    assert host.alive("outside")
+    assert host.calls() == []
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../s1", "a\0b", "/etc"], ids=repr)
+def test_a_name_that_is_not_one_entry_of_the_root_is_never_opened(host: Host, name: str) -> None:
+    (host.root / "s1").mkdir()
+    instance = runtime.LocalTmuxRuntime(host.root / "s1")
+    assert not instance.owns(name)
+    assert instance.read_transcript(name) is None
 
 
 async def test_running_while_the_pane_is_alive_even_with_an_answer_in_the_transcript(host: Host) -> None:
@@ -203,7 +277,7 @@ async def test_running_while_the_pane_is_alive_even_with_an_answer_in_the_transc
     assert observation["metadata"]["pane"] == "alive"
 
 
-async def test_running_without_a_transcript_directory(host: Host) -> None:
+async def test_running_without_a_transcript_file(host: Host) -> None:
     host.start("s1")
     observation = await inspect(host, "s1")
     assert observation["state"] == "running"
@@ -340,6 +414,7 @@ async def test_a_tmux_that_cannot_be_reached_is_an_error_not_a_state(host: Host)
 
 
 async def test_a_missing_tmux_is_an_error_not_a_state(host: Host) -> None:
+    (host.root / "s1").mkdir()
     instance = runtime.LocalTmuxRuntime(host.root, tmux=str(host.state / "no-such-tmux"))
     with pytest.raises(runtime.LocalTmuxError) as caught:
         await instance.inspect(Ref("s1"), Options(asyncio.Event()))
@@ -355,6 +430,7 @@ def _gone(pid: int) -> bool:
 
 
 async def test_the_signal_aborts_a_hanging_tmux_and_kills_it(host: Host) -> None:
+    (host.root / "s1").mkdir()
     (host.state / "hang").touch()
     signal = asyncio.Event()
     call = asyncio.create_task(registered(host).inspect(Ref("s1"), Options(signal)))
@@ -409,7 +485,7 @@ async def test_detach_without_stop_runtime_stops_nothing(host: Host) -> None:
 
 async def test_detach_of_an_unknown_session_is_no_such_session(host: Host) -> None:
     assert await detach(host, "s1") is None
-    assert not any(call[0] == "kill-session" for call in host.calls())
+    assert host.calls() == []
 
 
 # --- parsing ----------------------------------------------------------------------------------------------------
@@ -479,3 +555,67 @@ async def test_loaded_by_the_seam_as_a_host_module(host: Host, monkeypatch: pyte
     assert dead is not None
     assert dead["state"] == "dead"
     assert (await entry.inspect(ref, options))["finalResponse"] == "answer"
+
+
+# --- against a real tmux ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RealTmux:
+    """A tmux server of the test's own (its sockets under a private ``TMUX_TMPDIR``) and the runtime's root."""
+
+    tmux: str
+    root: Path
+
+    def start(self, name: str) -> None:
+        subprocess.run([self.tmux, "new-session", "-d", "-s", name, "sleep 600"], check=True, capture_output=True)
+
+    def alive(self, name: str) -> bool:
+        return subprocess.run([self.tmux, "has-session", "-t", f"={name}"], capture_output=True).returncode == 0
+
+    def runtime(self) -> Any:
+        return runtime.LocalTmuxRuntime(self.root, tmux=self.tmux)
+
+
+@pytest.fixture
+def real_tmux(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RealTmux]:
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed here (apt-get install -y tmux); the stub tests cover the same rules")
+    monkeypatch.delenv("TMUX", raising=False)  # inside tmux, a client would talk to the enclosing server
+    monkeypatch.setenv("TMUX_TMPDIR", str(short_dir))
+    root = short_dir / "root"
+    root.mkdir()
+    try:
+        yield RealTmux(tmux, root)
+    finally:
+        subprocess.run([tmux, "kill-server"], capture_output=True)
+
+
+async def test_real_tmux_a_session_outside_the_root_is_never_killed(real_tmux: RealTmux, short_dir: Path) -> None:
+    instance = real_tmux.runtime()
+    stop = Detach("no longer needed", True)
+    real_tmux.start("theirs")  # on this host, but the host never gave it a directory under the root
+    real_tmux.start("linked")  # its directory under the root is a symbolic link to one outside it
+    (short_dir / "outside").mkdir()
+    (real_tmux.root / "linked").symlink_to(short_dir / "outside")
+    real_tmux.start("mine-too")  # a name that "mine" is a prefix of
+    real_tmux.start("mine")  # the positive control: started by the host, with its directory
+    (real_tmux.root / "mine").mkdir()
+
+    for session_id in ("theirs", "linked"):
+        assert await instance.inspect(Ref(session_id), Options(asyncio.Event())) is None, session_id
+        assert await instance.detach(Ref(session_id), stop, Options(asyncio.Event())) is None, session_id
+        assert real_tmux.alive(session_id), f"{session_id} was killed"
+
+    assert (await instance.inspect(Ref("mine"), Options(asyncio.Event())))["state"] == "running"
+    stopped = await instance.detach(Ref("mine"), stop, Options(asyncio.Event()))
+    assert stopped["state"] == "dead"
+    assert stopped["metadata"]["pane"] == "killed"
+    assert not real_tmux.alive("mine")
+    assert real_tmux.alive("mine-too")
+    assert real_tmux.alive("theirs")
+    assert real_tmux.alive("linked")
+    after = await instance.inspect(Ref("mine"), Options(asyncio.Event()))
+    assert after["state"] == "dead"
+    assert after["metadata"]["pane"] == "gone"

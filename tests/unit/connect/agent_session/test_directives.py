@@ -1,9 +1,11 @@
 """Markers and directive blocks: every malformed shape is stripped and ignored, only the first block counts, a
-block wins over a marker, and nothing of either reaches the agent."""
+block wins over a marker, and nothing of either reaches the agent. The rules for ``sessionId``, ``metadata`` and
+``stopRuntime`` are those of the reference ClawConnect, so that hosts written for it work unchanged."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -17,6 +19,8 @@ from clawstack.connect.agent_session.directives import (
     MARKER_CLOSE,
     MARKER_OPEN,
     is_session_segment,
+    js_number_text,
+    validate,
 )
 
 DELIMITERS = (BLOCK_OPEN, BLOCK_CLOSE, MARKER_OPEN, MARKER_CLOSE)
@@ -55,12 +59,17 @@ MALFORMED_MARKERS: list[Any] = [
     {"runtime": "fake", "sessionId": "a\nb"},
     {"runtime": "fake", "sessionId": "a\x00b"},
     {"runtime": "fake", "sessionId": " padded"},
+    {"runtime": "fake", "sessionId": "a b"},
+    {"runtime": "fake", "sessionId": "a\n"},
+    {"runtime": "fake", "sessionId": "-a"},
+    {"runtime": "fake", "sessionId": ".a"},
+    {"runtime": "fake", "sessionId": "_a"},
+    {"runtime": "fake", "sessionId": "a:b"},
+    {"runtime": "fake", "sessionId": "é"},
     {"runtime": "fake", "sessionId": 12},
-    {"runtime": "fake", "sessionId": "x" * 257},
+    {"runtime": "fake", "sessionId": None},
+    {"runtime": "fake", "sessionId": "x" * 129},
     {**ATTACH, "state": "done"},
-    {**ATTACH, "metadata": {"n": 1}},
-    {**ATTACH, "metadata": ["a"]},
-    {**ATTACH, "metadata": {"a": None}},
     {**ATTACH, "provider": 3},
     {**ATTACH, "provider": ""},
     {**ATTACH, "host": "a\tb"},
@@ -69,7 +78,6 @@ MALFORMED_MARKERS: list[Any] = [
     {**ATTACH, "providerSessionId": ["x"]},
     {**ATTACH, "surprise": 1},
     {**ATTACH, "op": "detach", "reason": "r"},
-    {**ATTACH, "stopRuntime": True},
 ]
 
 MALFORMED_BLOCKS: list[Any] = [
@@ -80,10 +88,7 @@ MALFORMED_BLOCKS: list[Any] = [
     {**ATTACH, "op": "replace"},  # no reason
     {"op": "detach"},  # no reason
     {"op": "detach", "reason": ""},
-    {"op": "detach", "reason": "r", "stopRuntime": "yes"},
-    {"op": "detach", "reason": "r", "stopRuntime": 1},
-    {"op": "detach", "reason": "r", "stopRuntime": None},
-    {"op": "inspect", "stopRuntime": True},
+    {"op": "detach", "reason": "r", "stopRuntime": True, "surprise": 1},
     {"op": "continue", "prompt": 5},
     {"op": "attach", "prompt": "x", **ATTACH},
     {"op": "continue", "runtime": "fake"},  # names a runtime without a session
@@ -137,14 +142,153 @@ def test_every_action(action: str) -> None:
     assert parsed.directive.action == action
 
 
-def test_stop_runtime_only_when_exactly_true() -> None:
-    for value, expected in ((True, True), (False, False)):
-        parsed = parse_context(block({"op": "detach", "reason": "r", "stopRuntime": value}))
-        assert parsed.directive is not None
-        assert parsed.directive.stop_runtime is expected
-    parsed = parse_context(block({"op": "detach", "reason": "r"}))
+NO_STOP = object()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), (NO_STOP, False), ("true", False), (1, False), (None, False), ("yes", False)],
+    ids=repr,
+)
+def test_a_detach_stops_the_runtime_only_on_the_literal_true(value: Any, expected: bool) -> None:
+    body: dict[str, Any] = {"op": "detach", "reason": "r"}
+    if value is not NO_STOP:
+        body["stopRuntime"] = value
+    parsed = parse_context(block(body))
+    assert parsed.problem is None
+    assert parsed.directive is not None  # any other value is a detach that leaves the runtime alone, not malformed
+    assert parsed.directive.action == "detach"
+    assert parsed.directive.stop_runtime is expected
+
+
+@pytest.mark.parametrize("value", [True, False, "true", 1, None])
+@pytest.mark.parametrize("op", ["attach", "continue", "replace", "inspect", "marker"])
+def test_stop_runtime_is_ignored_on_every_other_operation(op: str, value: Any) -> None:
+    body: dict[str, Any] = {"stopRuntime": value}
+    if op in ("attach", "replace", "marker"):
+        body |= ATTACH
+    if op == "replace":
+        body["reason"] = "r"
+    parsed = parse_context(marker(body) if op == "marker" else block({"op": op, **body}))
+    assert parsed.problem is None
     assert parsed.directive is not None
+    assert parsed.directive.action == ("attach" if op == "marker" else op)
     assert parsed.directive.stop_runtime is False
+
+
+# --- sessionId --------------------------------------------------------------------------------------------------
+
+VALID_SESSION_IDS = ["a", "Z", "7", "s-1", "A.b-c_d", "a..b", "a.", "1.2.3", "x" * 128, "abc_"]
+
+
+@pytest.mark.parametrize("session_id", VALID_SESSION_IDS)
+def test_a_session_id_matching_the_reference_pattern_is_accepted(session_id: str) -> None:
+    parsed = parse_context(marker({"runtime": "fake", "sessionId": session_id}))
+    assert parsed.directive is not None
+    assert parsed.directive.session_id == session_id
+    assert is_session_segment(session_id)
+
+
+@given(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z"))
+def test_every_session_id_of_the_pattern_is_accepted(session_id: str) -> None:
+    assert parse_context(marker({"runtime": "fake", "sessionId": session_id})).directive is not None
+
+
+# --- metadata ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("v", "v"),
+        ("", ""),
+        (1, "1"),
+        (1.0, "1"),
+        (-0.0, "0"),
+        (0, "0"),
+        (1.5, "1.5"),
+        (-2.5, "-2.5"),
+        (0.1, "0.1"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (123.456, "123.456"),
+        (1e20, "100000000000000000000"),
+        (1e21, "1e+21"),
+        (1.25e21, "1.25e+21"),
+        (1e-6, "0.000001"),
+        (1e-7, "1e-7"),
+        (-1.5e-7, "-1.5e-7"),
+        (5e-324, "5e-324"),
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        (2**53 + 1, "9007199254740992"),  # read as a double, as JavaScript reads it
+        (12345678901234567890, "12345678901234567000"),
+        (True, "true"),
+        (False, "false"),
+    ],
+    ids=repr,
+)
+def test_a_metadata_number_or_boolean_becomes_the_text_javascript_prints(value: Any, text: str) -> None:
+    parsed = parse_context(marker({**ATTACH, "metadata": {"k": value, "s": "kept"}}))
+    assert parsed.directive is not None
+    assert dict(parsed.directive.metadata) == {"k": text, "s": "kept"}
+
+
+def test_metadata_numbers_are_read_from_the_json_text_as_javascript_reads_them() -> None:
+    body = '{"runtime": "fake", "sessionId": "s-1", "metadata": {"a": 1.0, "b": 1e400, "c": -0, "d": 10E-1}}'
+    parsed = parse_context(MARKER_OPEN + body + MARKER_CLOSE)
+    assert parsed.directive is not None
+    assert dict(parsed.directive.metadata) == {"a": "1", "c": "0", "d": "1"}  # 1e400 is Infinity there: dropped
+
+
+@pytest.mark.parametrize("value", [None, {}, {"a": "b"}, [], ["a"], float("inf"), float("-inf"), float("nan"), 10**400])
+def test_a_metadata_value_that_is_not_a_string_number_or_boolean_is_dropped(value: Any) -> None:
+    directive = validate({**ATTACH, "metadata": {"k": value, "s": "kept"}}, from_marker=True)
+    assert dict(directive.metadata) == {"s": "kept"}
+
+
+@pytest.mark.parametrize("metadata", [None, [], ["a"], "a string", 5, True])
+def test_a_metadata_that_is_not_an_object_is_dropped_whole(metadata: Any) -> None:
+    parsed = parse_context(marker({**ATTACH, "metadata": metadata}))
+    assert parsed.directive is not None
+    assert dict(parsed.directive.metadata) == {}
+
+
+def test_metadata_entries_over_the_bounds_are_dropped_not_refused() -> None:
+    metadata = {"long-value": "v" * 4097, "k" * 129: "long key", "": "empty key", "edge": "v" * 4096, "k" * 128: "ok"}
+    parsed = parse_context(marker({**ATTACH, "metadata": metadata}))
+    assert parsed.directive is not None
+    assert dict(parsed.directive.metadata) == {"edge": "v" * 4096, "k" * 128: "ok"}
+
+    many = {f"n{i}": i for i in range(100)}
+    directive = parse_context(marker({**ATTACH, "metadata": {"drop": None, **many}})).directive
+    assert directive is not None
+    assert dict(directive.metadata) == {f"n{i}": str(i) for i in range(64)}  # the first 64 kept, in order
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(st.dictionaries(st.text(max_size=140), JSON_VALUES, max_size=80))
+def test_metadata_values_never_make_a_marker_malformed(metadata: dict[str, Any]) -> None:
+    for text in (marker({**ATTACH, "metadata": metadata}), block({"op": "attach", **ATTACH, "metadata": metadata})):
+        parsed = parse_context(text)
+        assert parsed.problem is None
+        assert parsed.directive is not None
+        kept = dict(parsed.directive.metadata)
+        assert len(kept) <= 64
+        assert all(isinstance(key, str) and isinstance(value, str) for key, value in kept.items())
+        for key, value in kept.items():
+            original = metadata[key]
+            if isinstance(original, str):
+                assert value == original
+            elif isinstance(original, bool):
+                assert value == ("true" if original else "false")
+            else:
+                assert isinstance(original, int | float)
+                assert float(value) == float(original)  # the text reads back as the same double
 
 
 def test_only_the_first_block_counts_and_a_block_wins_over_a_marker() -> None:
@@ -187,16 +331,29 @@ SEGMENT_JUNK = st.one_of(
     st.text(min_size=0, max_size=8).map(lambda s: s + "/" + s),
     st.text(min_size=0, max_size=8).map(lambda s: "..\\" + s),
     st.characters(whitelist_categories=["Cc"]).map(lambda c: "a" + c),
-    st.text(min_size=257, max_size=300),
+    st.text(min_size=0, max_size=8).map(lambda s: "a " + s),
+    st.text(alphabet="._-", min_size=1, max_size=8),
+    st.text(min_size=129, max_size=300),
 )
 
 
-@given(SEGMENT_JUNK, st.dictionaries(st.text(max_size=5), st.integers(), min_size=0, max_size=2))
-def test_nothing_malformed_is_accepted(session_id: str, extra: dict[str, int]) -> None:
+@given(SEGMENT_JUNK)
+def test_nothing_malformed_is_accepted(session_id: str) -> None:
     assert not is_session_segment(session_id)
     assert parse_context(marker({"runtime": "fake", "sessionId": session_id})).directive is None
-    if extra:
-        assert parse_context(marker({**ATTACH, "metadata": extra})).directive is None
+
+
+@given(st.text(max_size=140))
+def test_a_session_id_is_accepted_exactly_when_it_matches_the_pattern(session_id: str) -> None:
+    expected = (
+        0 < len(session_id) <= 128
+        and session_id[0].isascii()
+        and session_id[0].isalnum()
+        and all(ch.isascii() and (ch.isalnum() or ch in "._-") for ch in session_id)
+    )
+    assert is_session_segment(session_id) is expected
+    accepted = parse_context(marker({"runtime": "fake", "sessionId": session_id})).directive is not None
+    assert accepted is expected
 
 
 @given(
@@ -214,7 +371,7 @@ def test_any_accepted_directive_obeys_the_field_rules(body: dict[str, Any]) -> N
             assert is_session_segment(directive.session_id)
         if directive.action in ("replace", "detach"):
             assert directive.reason
-        assert directive.stop_runtime is (body.get("stopRuntime") is True)
+        assert directive.stop_runtime is (directive.action == "detach" and body.get("stopRuntime") is True)
 
 
 def test_the_transition_is_keyed_op_as_the_reference_sends_it() -> None:
@@ -225,3 +382,23 @@ def test_the_transition_is_keyed_op_as_the_reference_sends_it() -> None:
     assert legacy.directive is None  # not silently accepted: malformed, and the warning names the key
     assert legacy.problem == "action: is not a directive field"
     assert legacy.text == "text"
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_js_number_text_reads_back_as_the_same_double(value: float) -> None:
+    text = js_number_text(value)
+    assert text is not None
+    assert float(text) == value
+    assert text == "0" or not text.startswith(("-0", "0")) or text.startswith(("0.", "-0."))
+    if value == int(value) and abs(value) < 1e21:
+        assert text.lstrip("-").isdigit()  # an integral double below 10^21 prints without a point or an exponent
+        if abs(value) <= 2**53:
+            assert text == str(int(value))
+    else:
+        assert "." in text or "e" in text
+
+
+def test_js_number_text_has_no_text_for_what_is_not_finite() -> None:
+    assert js_number_text(math.inf) is None
+    assert js_number_text(-math.inf) is None
+    assert js_number_text(math.nan) is None

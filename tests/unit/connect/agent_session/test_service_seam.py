@@ -89,7 +89,7 @@ async def test_a_marker_for_an_unknown_runtime_reads_unavailable_and_the_task_co
 
 async def test_a_malformed_directive_is_ignored_and_the_task_submits(make: Factory, tmp_path: Path) -> None:
     service = await make(registry_with(FakeRuntime()))
-    context = marker(session_id="../../etc/passwd") + block(op="detach", reason="r", stopRuntime="yes")
+    context = marker(session_id="../../etc/passwd") + block(op="detach", stopRuntime=True)  # no reason
     snap = await run_to_end(service, task="@fake reply: ok", context=context)
     assert (snap["summary"], snap["agentSession"]) == ("ok", None)
     prompt = await service.call("get_task", {"taskId": snap["taskId"], "detail": "prompt"})

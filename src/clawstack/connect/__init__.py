@@ -9,7 +9,8 @@ someone else owns is :mod:`clawstack.connect.agent_session`. docs/connect.md des
 """
 
 from clawstack.connect.agents import Agent, AgentRegistry, load_agents, parse_agents
-from clawstack.connect.auth import AuthConfigError, Caller, TokenAuth, parse_user_tokens
+from clawstack.connect.auth import AuthConfigError, TokenAuth, parse_user_tokens
+from clawstack.connect.callers import ANONYMOUS, OPERATOR, PUBLIC, Caller
 from clawstack.connect.errors import (
     AgentsConfigError,
     ConnectError,
@@ -31,6 +32,9 @@ from clawstack.connect.service import ConnectService
 from clawstack.connect.tools import TOOLS, ToolSpec
 
 __all__ = [
+    "ANONYMOUS",
+    "OPERATOR",
+    "PUBLIC",
     "TOOLS",
     "Agent",
     "AgentRegistry",

@@ -4,9 +4,12 @@
 * ``MCP_USER_TOKENS_FILE``: a JSON object ``{"Name": "token", …}``, read again whenever the file changes (its
   modification time, size or inode). A file that cannot be read or parsed admits none of its tokens (and says so
   on stderr) until it is fixed: a revocation with a typo must not keep the old tokens alive.
-* ``PUBLIC_MCP_PASS``: one shared pass, without identity.
+* ``PUBLIC_MCP_PASS``: one shared pass, without identity: its holders are one caller of their own
+  (:data:`~clawstack.connect.callers.PUBLIC`), whose name ``public`` no personal token may take.
 
-With none of them set the endpoint is **open**, and :func:`describe` says so at start. Offered tokens come from
+With none of them set the endpoint is **open**: every caller is the one anonymous caller
+(:data:`~clawstack.connect.callers.ANONYMOUS`), confined to its own records like any other, and :func:`describe`
+says so at start. Offered tokens come from
 ``Authorization: Bearer …`` or the ``pass`` query parameter. Every configured token is compared with
 :func:`~clawstack.common.ids.secrets_equal` (constant time, and all of them, whatever matches first); tokens are
 never logged.
@@ -18,14 +21,15 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
 from clawstack.common.ids import secrets_equal
+from clawstack.connect.callers import ANONYMOUS, PUBLIC, Caller
 from clawstack.connect.errors import ConnectError
 
-PUBLIC_CALLER: Final = "public"
+RESERVED_NAMES: Final = frozenset({"public"})
+"""Names no personal token may have: the shared pass's caller is ``public``."""
 MAX_TOKENS_FILE_BYTES: Final = 1024 * 1024
 _log = logging.getLogger(__name__)
 
@@ -34,14 +38,6 @@ class AuthConfigError(ConnectError):
     """``MCP_USER_TOKENS`` (or the file's first read) is malformed."""
 
     code = "auth_config_invalid"
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """An admitted caller: a token's owner, the shared pass (``public``), or anyone (``open``)."""
-
-    name: str | None
-    kind: Literal["user", "public", "open"]
 
 
 def parse_user_tokens(text: str) -> dict[str, str]:
@@ -56,6 +52,8 @@ def parse_user_tokens(text: str) -> dict[str, str]:
             raise AuthConfigError(f"MCP_USER_TOKENS entry {index + 1} is not Name:token")
         if name in tokens:
             raise AuthConfigError(f"MCP_USER_TOKENS names {name!r} twice")
+        if name.lower() in RESERVED_NAMES:
+            raise AuthConfigError(f"MCP_USER_TOKENS entry {index + 1}: {name!r} is the shared pass's caller name")
         tokens[name] = token
     return tokens
 
@@ -66,6 +64,8 @@ def _parse_tokens_file(data: bytes) -> dict[str, str]:
         isinstance(name, str) and name and isinstance(token, str) and token for name, token in document.items()
     ):
         raise ValueError("must be an object of non-empty name: token strings")
+    if any(name.lower() in RESERVED_NAMES for name in document):
+        raise ValueError("'public' is the shared pass's caller name")
     return dict(document)
 
 
@@ -114,7 +114,7 @@ class TokenAuth:
     def identify(self, offered: str | None) -> Caller | None:
         """The caller ``offered`` admits, or ``None`` when it admits nobody."""
         if self.open:
-            return Caller(None, "open")
+            return ANONYMOUS
         if self._tokens_file is not None:
             self._reload_if_changed()
         if not offered:
@@ -125,9 +125,9 @@ class TokenAuth:
                 match = name
         public = self._public_pass is not None and secrets_equal(offered, self._public_pass)
         if match is not None:
-            return Caller(match, "user")
+            return Caller.user(match)
         if public:
-            return Caller(PUBLIC_CALLER, "public")
+            return PUBLIC
         return None
 
     def _reload_if_changed(self) -> None:
@@ -148,9 +148,12 @@ class TokenAuth:
                 self._file_tokens = _parse_tokens_file(handle.read(MAX_TOKENS_FILE_BYTES + 1))
         except (OSError, ValueError):
             self._file_tokens = {}
-            _log.error("MCP_USER_TOKENS_FILE is not a JSON object of name: token; its tokens are refused until fixed")
+            _log.error(
+                "MCP_USER_TOKENS_FILE is not a JSON object of name: token (the name 'public' is reserved); "
+                "its tokens are refused until fixed"
+            )
             return
         _log.info("MCP_USER_TOKENS_FILE loaded: %d token(s)", len(self._file_tokens))
 
 
-__all__ = ["PUBLIC_CALLER", "AuthConfigError", "Caller", "TokenAuth", "parse_user_tokens"]
+__all__ = ["RESERVED_NAMES", "AuthConfigError", "TokenAuth", "parse_user_tokens"]

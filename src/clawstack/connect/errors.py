@@ -17,8 +17,10 @@
           │    │                           registration (bad id, duplicate id, missing or non-callable callback)
           │    └── AttachmentStoreError    "attachment_store_unavailable", "attachment_store_locked"
           └── ToolError                    a tool call refused; answered as a structured error result
-               ├── "invalid_arguments", "unknown_tool", "agent_not_found", "job_not_found",
-               │   "task_not_found", "session_not_found"
+               ├── "invalid_arguments", "unknown_tool", "agent_not_found", "agent_mismatch", "job_not_found",
+               │   "task_not_found", "session_mismatch", "task_terminal", "gateway_unavailable"
+               ├── SessionOwnedError       "session_not_found": no session of this caller has the key (another
+               │                           caller's session reads exactly as one that does not exist)
                └── SessionBusyError        "session_busy" (retryable): the session's job is still running
 
 Messages never contain a password, a token or task text.
@@ -120,6 +122,16 @@ class ToolError(ConnectError):
         return {"code": self.code, "message": self.message, "retryable": self.retryable, **self.data}
 
 
+class SessionOwnedError(ToolError):
+    """A session key that names no session of this caller: another caller's, one ClawConnect never created, or
+    (for every caller but the stdio operator) any gateway session ClawConnect did not create for it."""
+
+    code = "session_not_found"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="sessionKey")
+
+
 class SessionBusyError(ToolError):
     """A task was asked for on a session whose job is still running."""
 
@@ -140,5 +152,6 @@ __all__ = [
     "HandshakeError",
     "JobStoreError",
     "SessionBusyError",
+    "SessionOwnedError",
     "ToolError",
 ]

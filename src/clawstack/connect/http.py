@@ -6,8 +6,9 @@ in front of it admits callers (:class:`~clawstack.connect.auth.TokenAuth`):
 * ``/health`` answers ``GET`` with ``{"status", "jobStore", "agents"}``, without a token;
 * ``/mcp`` needs a token from ``Authorization: Bearer …`` or ``?pass=…`` unless the server is open; a refused call
   gets HTTP 403 with the JSON-RPC error ``{"code": -32001, "message": …}``; an admitted ``POST`` whose body is not
-  declared JSON (``Content-Type: application/json``) gets 415. The caller's name (a token's owner, ``public`` for
-  the shared pass) reaches the tools with the request.
+  declared JSON (``Content-Type: application/json``) gets 415. The admitted
+  :class:`~clawstack.connect.callers.Caller` (a token's owner, the shared pass's ``public``, or the one anonymous
+  caller of an open endpoint) reaches the tools with the request.
 
 uvicorn's access log is off: a query string may carry a pass.
 """
@@ -89,7 +90,7 @@ class AuthGuard:
                 body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "the body must be JSON"}}
                 await _send_json(send, 415, body)
                 return
-            scope.setdefault("state", {})[CALLER_STATE_KEY] = caller.name
+            scope.setdefault("state", {})[CALLER_STATE_KEY] = caller
         await self.app(scope, receive, send)
 
 

@@ -6,6 +6,12 @@ exclusive lock on ``<file>.lock``, so a second ``claw connect`` on the same dire
 disk) before the method returns, so an answer built on it survives a crash. Methods block; call them from a thread
 when the event loop must not wait.
 
+**Owners.** Every gateway session a job runs in has one owner, recorded in the ``sessions`` table when the
+session's first job is created (:meth:`JobStore.create`, in the same transaction), and every job records its
+caller: :attr:`Job.caller` and :attr:`SessionOwner.owner` are :attr:`clawstack.connect.callers.Caller.key`
+values. A job for a session another caller owns is refused (:class:`SessionOwnedError`), so two concurrent
+creates cannot both claim one session.
+
 A database that SQLite cannot read (``file is not a database``, a failed ``quick_check``) is **moved aside** to
 ``<file>.corrupt-<UTC time>`` (with its ``-wal`` and ``-shm``), reported in :attr:`JobStore.moved_aside`, and a new
 store is started; nothing is silently emptied. When it cannot be moved aside, the store refuses every read and
@@ -36,12 +42,17 @@ from clawstack.common.sqlite import (
     open_database,
     take_writer_lock,
 )
-from clawstack.connect.errors import JobStoreError, SessionBusyError
+from clawstack.connect.callers import OPERATOR
+from clawstack.connect.errors import JobStoreError, SessionBusyError, SessionOwnedError
 
 JobStatus = Literal["running", "completed", "completed_no_summary", "error", "cancelled"]
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "completed_no_summary", "error", "cancelled"})
 STORE_FILE: Final = "jobs.sqlite3"
-SCHEMA_VERSION: Final = 2  # 2: the caller column (who started the job), filled from each record
+SCHEMA_VERSION: Final = 3
+"""2: the caller column (who started the job), filled from each record. 3: callers as owner keys (a name ``n``
+becomes ``user:n``, the shared pass stays ``public``, no caller becomes ``operator``: a version-2 store without a
+caller was a stdio or open server's), and the ``sessions`` table of owners, each session owned by the caller of its
+oldest job."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,7 @@ class Job:
 
     ``run_id`` is the gateway run (the ``chat.send`` idempotency key); ``prompt`` holds the caller's ``task``,
     ``context`` and ``senderName`` and ``message`` the text sent, which only ``detail: "prompt"`` shows.
+    ``caller`` is the owner key of the caller that started it.
     """
 
     job_id: str
@@ -70,13 +82,23 @@ class Job:
     result_source: str | None = None
     prompt: dict[str, Any] = field(default_factory=dict)
     message: str = ""
-    caller: str | None = None
+    caller: str = OPERATOR.key
     log_count: int = 0
     recoveries: int = 0
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOwner:
+    """Who owns a gateway session ClawConnect ran a job in, and which of ClawConnect's agents it belongs to."""
+
+    session_key: str
+    owner: str
+    agent: str
+    created_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +113,8 @@ class LogEntry:
     message: str
 
 
+_SESSIONS_TABLE: Final = """CREATE TABLE IF NOT EXISTS sessions (
+    session_key TEXT PRIMARY KEY, owner TEXT NOT NULL, agent TEXT NOT NULL, created_at_ms INTEGER NOT NULL)"""
 _COLUMNS: Final = (
     "job_id",
     "task_id",
@@ -116,20 +140,36 @@ _SCHEMA: Final = (
         idx INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,
         UNIQUE (job_id, idx))""",
     "CREATE INDEX IF NOT EXISTS logs_session ON logs (session_key, seq)",
+    _SESSIONS_TABLE,
+    "CREATE INDEX IF NOT EXISTS sessions_owner ON sessions (owner, created_at_ms)",
 )
 _SELECT_JOB: Final = "SELECT record FROM jobs"
 _LOG_COLUMNS: Final = "seq, job_id, idx, at_ms, kind, message"
 
 
 def _migrate(db: sqlite3.Connection, found: int) -> None:
-    """Version 1 kept the caller only inside each record: give it its column."""
+    """Version 1 kept the caller only inside each record; version 2 kept names and no owners (see
+    :data:`SCHEMA_VERSION`)."""
     if found < 2:
         db.execute("ALTER TABLE jobs ADD COLUMN caller TEXT")
         db.execute("UPDATE jobs SET caller = json_extract(record, '$.caller')")
+    if found < 3:
+        db.execute(
+            "UPDATE jobs SET caller = CASE WHEN caller IS NULL THEN ? WHEN caller = 'public' THEN 'public' "
+            "ELSE 'user:' || caller END",
+            (OPERATOR.key,),
+        )
+        db.execute("UPDATE jobs SET record = json_set(record, '$.caller', caller)")
+        db.execute(_SESSIONS_TABLE)
+        db.execute(
+            "INSERT OR IGNORE INTO sessions (session_key, owner, agent, created_at_ms) "
+            "SELECT session_key, caller, agent, created_at_ms FROM jobs ORDER BY created_at_ms, job_id"
+        )
 
 
 Scope = str | None
-"""Whose jobs a query sees: a caller's name, or ``None`` for every job (an unauthenticated, single-user server)."""
+"""Whose jobs a query sees: a caller's owner key, or ``None`` for every job (the store's own tools: recovery,
+benchmarks)."""
 
 
 def _scoped(scope: Scope, where: str = "") -> tuple[str, tuple[Any, ...]]:
@@ -252,8 +292,19 @@ class JobStore:
     # -- jobs --------------------------------------------------------------------------------------------------
 
     def create(self, job: Job) -> Job:
-        """Record a new running job, unless its session already has a running job (:class:`SessionBusyError`)."""
+        """Record a new running job and, for a session without an owner, make the job's caller its owner.
+
+        Refused when another caller owns the session (:class:`SessionOwnedError`) or the session already has a
+        running job (:class:`SessionBusyError`); nothing is written then."""
         with self._write() as db:
+            owner = db.execute("SELECT owner FROM sessions WHERE session_key=?", (job.session_key,)).fetchone()
+            if owner is not None and owner[0] != job.caller:
+                raise SessionOwnedError("sessionKey: no session of this caller has this key")
+            if owner is None:
+                db.execute(
+                    "INSERT INTO sessions (session_key, owner, agent, created_at_ms) VALUES (?,?,?,?)",
+                    (job.session_key, job.caller, job.agent, job.created_at_ms),
+                )
             row = db.execute(
                 "SELECT job_id FROM jobs WHERE session_key=? AND status='running' LIMIT 1", (job.session_key,)
             ).fetchone()
@@ -363,6 +414,14 @@ class JobStore:
                 result.append((job.session_key, int(count), job))
         return result
 
+    def session_owner(self, session_key: str) -> SessionOwner | None:
+        """The owner record of ``session_key``, or ``None`` when no job ever ran in it."""
+        with self._read() as db:
+            row = db.execute(
+                "SELECT session_key, owner, agent, created_at_ms FROM sessions WHERE session_key=?", (session_key,)
+            ).fetchone()
+        return None if row is None else SessionOwner(*row)
+
     def count(self) -> int:
         with self._read() as db:
             return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
@@ -377,21 +436,24 @@ class JobStore:
             ).fetchall()
         return [_log(row) for row in rows]
 
-    def session_logs(self, session_key: str, *, after: int | None, limit: int) -> list[LogEntry]:
-        """Log lines of a session's jobs: the first ``limit`` after ``seq`` ``after``, or the last ``limit``."""
+    def session_logs(self, session_key: str, *, after: int | None, limit: int, scope: Scope = None) -> list[LogEntry]:
+        """Log lines of a session's jobs in ``scope``: the first ``limit`` after ``seq`` ``after``, or the last
+        ``limit``."""
+        owned = "" if scope is None else " AND job_id IN (SELECT job_id FROM jobs WHERE session_key=? AND caller=?)"
+        owner_args: tuple[Any, ...] = () if scope is None else (session_key, scope)
         with self._read() as db:
             if after is None:
                 rows = db.execute(
-                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=? ORDER BY seq DESC LIMIT ?",
-                    (session_key, limit),
+                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=?{owned} ORDER BY seq DESC LIMIT ?",
+                    (session_key, *owner_args, limit),
                 ).fetchall()
                 rows.reverse()
             else:
                 rows = db.execute(
-                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=? AND seq>? ORDER BY seq LIMIT ?",
-                    (session_key, after, limit),
+                    f"SELECT {_LOG_COLUMNS} FROM logs WHERE session_key=?{owned} AND seq>? ORDER BY seq LIMIT ?",
+                    (session_key, *owner_args, after, limit),
                 ).fetchall()
         return [_log(row) for row in rows]
 
 
-__all__ = ["STORE_FILE", "TERMINAL_STATUSES", "Job", "JobStatus", "JobStore", "LogEntry", "Scope"]
+__all__ = ["STORE_FILE", "TERMINAL_STATUSES", "Job", "JobStatus", "JobStore", "LogEntry", "Scope", "SessionOwner"]

@@ -46,6 +46,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from clawstack.connect.callers import Caller
 from clawstack.connect.errors import ToolError
 from clawstack.connect.jobs import Job
 from clawstack.connect.service import ConnectService
@@ -70,7 +71,7 @@ TASKS_CAPABILITY: Final = t.ServerTasksCapability(
     requests=t.ServerTasksRequestsCapability(tools=t.TasksToolsCapability(call=t.TasksCallCapability())),
 )
 
-CallerOf = Callable[[ServerRequestContext[Any, Any]], str | None]
+CallerOf = Callable[[ServerRequestContext[Any, Any]], Caller]
 _STATUS: Final[dict[str, t.TaskStatus]] = {
     "running": "working",
     "completed": "completed",
@@ -188,7 +189,7 @@ def job_id(task_id: str) -> str:
     return task_id
 
 
-async def call_service(service: ConnectService, tool: str, arguments: object, caller: str | None) -> dict[str, Any]:
+async def call_service(service: ConnectService, tool: str, arguments: object, caller: Caller) -> dict[str, Any]:
     """Run one of ``service``'s tools for ``caller``; a refusal becomes the JSON-RPC error described above."""
     try:
         return await service.call(tool, arguments, caller=caller)
@@ -365,7 +366,7 @@ class McpTasks:
         if not serves_tasks(ctx):
             raise MCPError(t.METHOD_NOT_FOUND, "Method not found", ctx.method)
 
-    async def _call(self, tool: str, arguments: object, caller: str | None) -> dict[str, Any]:
+    async def _call(self, tool: str, arguments: object, caller: Caller) -> dict[str, Any]:
         return await call_service(self._service, tool, arguments, caller)
 
     # -- notifications -----------------------------------------------------------------------------------------

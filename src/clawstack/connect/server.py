@@ -28,6 +28,7 @@ from mcp_types import (
 
 from clawstack import __version__
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
+from clawstack.connect.callers import ANONYMOUS, OPERATOR, Caller
 from clawstack.connect.errors import ToolError
 from clawstack.connect.mcp_tasks import TASK_TOOLS, TASKS_PAGE_SIZE, McpTasks, TaskServer, serves_tasks, tool_result
 from clawstack.connect.mcp_tasks_ext import ExtensionTasks
@@ -41,7 +42,7 @@ INSTRUCTIONS = (
     "continue a conversation."
 )
 CALLER_STATE_KEY = "clawconnect_caller"
-"""The key under the HTTP request's ``state`` where the authenticated caller's name is kept."""
+"""The key under the HTTP request's ``state`` where the admitted :class:`Caller` is kept."""
 
 
 def tool_definitions(*, task_support: bool = True) -> list[Tool]:
@@ -62,11 +63,15 @@ def tool_definitions(*, task_support: bool = True) -> list[Tool]:
     ]
 
 
-def _caller(ctx: ServerRequestContext[Any, Any]) -> str | None:
+def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
+    """Who sent this request: over stdio (no HTTP request) the local operator; over HTTP the caller the guard
+    admitted, and the anonymous caller when none was recorded (never the operator)."""
     request = ctx.request
+    if request is None:
+        return OPERATOR
     state = getattr(request, "state", None)
     caller = getattr(state, CALLER_STATE_KEY, None) if state is not None else None
-    return caller if isinstance(caller, str) else None
+    return caller if isinstance(caller, Caller) else ANONYMOUS
 
 
 def create_mcp_server(
@@ -84,8 +89,8 @@ def create_mcp_server(
     """
     if agent_session_runtimes is not None:
         service.use_agent_session_runtimes(agent_session_runtimes)
-    tasks = McpTasks(service, caller_of=_caller, page_size=tasks_page_size)
-    extension = ExtensionTasks(service, caller_of=_caller)
+    tasks = McpTasks(service, caller_of=caller_of, page_size=tasks_page_size)
+    extension = ExtensionTasks(service, caller_of=caller_of)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> ListToolsResult:
         return ListToolsResult(tools=tool_definitions(task_support=serves_tasks(ctx)))
@@ -96,7 +101,7 @@ def create_mcp_server(
         if extension.requested(ctx, params):
             return await extension.create(ctx, params)
         try:
-            data = await service.call(params.name, params.arguments, caller=_caller(ctx))
+            data = await service.call(params.name, params.arguments, caller=caller_of(ctx))
         except ToolError as exc:
             return tool_result({"error": exc.to_result()}, is_error=True)
         return tool_result(data)
@@ -118,4 +123,4 @@ async def serve_stdio(
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-__all__ = ["CALLER_STATE_KEY", "SERVER_NAME", "create_mcp_server", "serve_stdio", "tool_definitions"]
+__all__ = ["CALLER_STATE_KEY", "SERVER_NAME", "caller_of", "create_mcp_server", "serve_stdio", "tool_definitions"]

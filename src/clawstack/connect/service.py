@@ -11,9 +11,14 @@ which the service behaves exactly as without the seam): a ``run_task`` context's
 is stripped from the message and applied after the busy check, and ``check_task``, ``get_task`` and
 ``get_session`` read the conversation's current attachment (``agentSession``) when they are called.
 
-:meth:`ConnectService.call` is what a transport calls: a tool name, its raw arguments and the caller's name (an
-HTTP token's owner, or ``None``), answered with a JSON object or a
-:class:`~clawstack.connect.errors.ToolError`.
+:meth:`ConnectService.call` is what a transport calls: a tool name, its raw arguments and the
+:class:`~clawstack.connect.callers.Caller` (the stdio operator, or whom the HTTP guard admitted), answered with a
+JSON object or a :class:`~clawstack.connect.errors.ToolError`.
+
+**Tenancy.** Every job, gateway session and attachment has one owner (:mod:`clawstack.connect.ownership`): a
+caller runs tasks only in its own sessions, and every read (``check_task``, ``get_task``, ``list_tasks``,
+``get_session``, ``list_sessions``, ``cancel_task``, MCP's ``tasks/*``) answers only from its own records, another
+caller's reading exactly as an id that does not exist.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -36,10 +40,20 @@ from clawstack.connect.agent_session.dispatch import call_timeout_ms_from_env
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.agent_session.sessions import RECOVERED_REASON, RESULT_SOURCE, AgentSessions
 from clawstack.connect.agents import Agent, AgentRegistry
+from clawstack.connect.callers import OPERATOR, Caller
 from clawstack.connect.errors import ConnectError, ToolError
 from clawstack.connect.follow import DEFAULT_STALL_CHECK_S, Outcome, RunFollower
 from clawstack.connect.gateway_client import GatewayClient
 from clawstack.connect.jobs import Job, JobStore
+from clawstack.connect.ownership import (
+    FULL_KEY_RE,
+    SHORT_NAME_RE,
+    check_owner,
+    may_read,
+    sender_name,
+    session_name,
+    short_name_key,
+)
 from clawstack.connect.snapshots import Observed, core, detail_snapshot, log_line, next_action, preview, task_snapshot
 from clawstack.connect.tools import (
     CancelTaskArgs,
@@ -58,8 +72,6 @@ LIST_LIMIT: Final = 100
 ACTIVE_WINDOW_S: Final = 30.0
 CANCEL_WAIT_S: Final = 10.0
 """How long cancel_task waits for the gateway to have the run, and then for the run's abort to be seen."""
-_SEGMENT_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
-_KEY_RE: Final = re.compile(r"agent:[^\s]{1,250}")
 _log = logging.getLogger(__name__)
 
 
@@ -74,22 +86,6 @@ def compose_message(task: str, context: str | None, sender_name: str | None) -> 
     if context:
         parts.append(f"Context:\n{context}")
     return "\n\n".join(parts)
-
-
-def session_key_for(agent: Agent, given: str | None) -> str:
-    """The gateway session key: ``given`` (a full ``agent:…`` key, or a name within ClawConnect's channel), or a
-    new one per conversation."""
-    prefix = f"agent:{agent.openclaw_agent_id}:channel:clawconnect:"
-    if given is None:
-        return prefix + new_uuid().replace("-", "")
-    if _KEY_RE.fullmatch(given):
-        return given
-    if _SEGMENT_RE.fullmatch(given):
-        return prefix + given
-    raise ToolError(
-        "sessionKey: must be an agent:… session key or a name of letters, digits and ._@+- (up to 128)",
-        field="sessionKey",
-    )
 
 
 class ConnectService:
@@ -198,7 +194,7 @@ class ConnectService:
 
     # -- dispatch ----------------------------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: object, *, caller: str | None = None) -> dict[str, Any]:
+    async def call(self, name: str, arguments: object, *, caller: Caller = OPERATOR) -> dict[str, Any]:
         """Run one tool; :class:`ToolError` for a refusal, :class:`ConnectError` codes for store failures."""
         args = parse_arguments(name, arguments)
         try:
@@ -222,37 +218,32 @@ class ConnectService:
 
     # -- tools -------------------------------------------------------------------------------------------------
 
-    async def run_task(self, args: RunTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
-        agent = self._agent(args.agent)
-        if args.sessionKey is not None and caller is not None:
-            owners = {j.caller for j in await asyncio.to_thread(self.store.for_session, args.sessionKey)}
-            if owners - {caller}:
-                raise ToolError(
-                    "sessionKey: the session belongs to another caller", code="session_mismatch", field="sessionKey"
-                )
+    async def run_task(self, args: RunTaskArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
+        agent, session_key = await self._session_for_run(args, caller)
         parsed = parse_context(args.context)
         if parsed.problem is not None:
             _log.warning("an agent-session directive was ignored: %s", parsed.problem)
         now = self._now_ms()
+        sender = sender_name(caller, args.senderName)
         job = Job(
             job_id=new_id("job_"),
             task_id=new_id("task_"),
             run_id=new_uuid(),
             agent=agent.id,
             openclaw_agent_id=agent.openclaw_agent_id,
-            session_key=session_key_for(agent, args.sessionKey),
+            session_key=session_key,
             created_at_ms=now,
             updated_at_ms=now,
-            prompt={"task": args.task, "context": parsed.text, "senderName": args.senderName},
-            message=compose_message(args.task, parsed.text, args.senderName),
-            caller=caller,
+            prompt={"task": args.task, "context": parsed.text, "senderName": sender},
+            message=compose_message(args.task, parsed.text, sender),
+            caller=caller.key,
         )
-        await asyncio.to_thread(self.store.create, job)
+        await asyncio.to_thread(self.store.create, job)  # refused when another caller took the session meanwhile
         self._live[job.job_id] = job
         self._follow(job.job_id, recovering=False)
         if parsed.directive is not None:
             # Only now: the busy check has passed and the job is on disk and submitting, whatever the callback does.
-            await self.agent_sessions.apply(job.session_key, job.job_id, parsed.directive, args.task)
+            await self.agent_sessions.apply(job.session_key, job.job_id, parsed.directive, args.task, owner=caller.key)
         return {
             "jobId": job.job_id,
             "taskId": job.task_id,
@@ -262,9 +253,9 @@ class ConnectService:
             "nextAction": next_action(job),
         }
 
-    async def check_task(self, args: CheckTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+    async def check_task(self, args: CheckTaskArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
         job = await self._job(args.jobId, "jobId", caller)
-        if args.sessionKey is not None and args.sessionKey != job.session_key:
+        if args.sessionKey is not None and not self._names(args.sessionKey, job, caller):
             raise ToolError(
                 "sessionKey: the job belongs to another session", code="session_mismatch", field="sessionKey"
             )
@@ -277,14 +268,14 @@ class ConnectService:
             job = await self._job(job.job_id, "jobId", caller)
         # A poll answers from the stored attachment; a wait lets its refresh land within what is left of waitMs.
         left_s = max(0.0, wait_s - (self._clock.monotonic() - started))
-        attachment = await self.agent_sessions.read(job.session_key, wait_s=left_s)
+        attachment = await self._attachment(job.session_key, caller, wait_s=left_s)
         job = await self._recover(job, attachment)
         known = max(0, args.knownLogCount or 0)
         logs = await asyncio.to_thread(self.store.logs, job.job_id, since_index=known)
         view, agent_session = self._with_attachment(job, attachment)
         return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
-    async def cancel_task(self, args: CancelTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+    async def cancel_task(self, args: CancelTaskArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
         """Abort the job's gateway run (``chat.abort``) and answer once the job ended ``cancelled``.
 
         The run is aborted only once the gateway has accepted it (so a ``chat.send`` still on its way cannot start
@@ -319,15 +310,17 @@ class ConnectService:
             job = await self._job(job.job_id, "jobId", caller)
         if args.stopAgentSession:
             stop = Directive(action="detach", reason="the task was cancelled", stop_runtime=True)
-            await self.agent_sessions.apply(job.session_key, job.job_id, stop, job.prompt.get("task") or "")
-        attachment = await self.agent_sessions.read(job.session_key)
+            if await self._attachment(job.session_key, caller, stored=True) is not None:
+                task = job.prompt.get("task") or ""
+                await self.agent_sessions.apply(job.session_key, job.job_id, stop, task, owner=caller.key)
+        attachment = await self._attachment(job.session_key, caller)
         logs = await asyncio.to_thread(self.store.logs, job.job_id)
         view, agent_session = self._with_attachment(job, attachment)
         return task_snapshot(view, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
-    async def get_task(self, args: GetTaskArgs, *, caller: str | None = None) -> dict[str, Any]:
+    async def get_task(self, args: GetTaskArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
         job = await self._job(args.taskId, "taskId", caller)
-        attachment = await self.agent_sessions.read(job.session_key)
+        attachment = await self._attachment(job.session_key, caller)
         job = await self._recover(job, attachment)
         logs = None
         if args.detail in ("updates", "full"):
@@ -335,23 +328,23 @@ class ConnectService:
         view, agent_session = self._with_attachment(job, attachment)
         return detail_snapshot(view, args.detail, self._observe(job), logs, self._now_ms(), agent_session=agent_session)
 
-    async def list_tasks(self, args: ListTasksArgs, *, caller: str | None = None) -> dict[str, Any]:
+    async def list_tasks(self, args: ListTasksArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
         jobs, total = await asyncio.to_thread(
-            self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT, scope=caller
+            self.store.recent, active_only=args.view == "active", limit=LIST_LIMIT, scope=caller.key
         )
         now = self._now_ms()
         tasks = [preview(self._live.get(job.job_id, job), now) for job in jobs]
         return {"view": args.view, "tasks": tasks, "total": total, "truncated": total > len(tasks)}
 
     async def page_tasks(
-        self, *, limit: int, after: tuple[int, str] | None = None, caller: str | None = None
+        self, *, limit: int, after: tuple[int, str] | None = None, caller: Caller = OPERATOR
     ) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
         """A page of the caller's tasks for MCP's ``tasks/list``: the core snapshots of up to ``limit`` jobs, newest
         first, from just past ``after`` (see :meth:`JobStore.page`), and the position after which the next page
         starts (``None`` on the last page). A running job shows its conversation's attachment as stored: no
         runtime is read."""
         try:
-            jobs = await asyncio.to_thread(self.store.page, limit=limit + 1, after=after, scope=caller)
+            jobs = await asyncio.to_thread(self.store.page, limit=limit + 1, after=after, scope=caller.key)
         except ConnectError as exc:
             raise ToolError(exc.message, code=exc.code, retryable=exc.retryable) from exc
         more = (jobs[limit - 1].created_at_ms, jobs[limit - 1].job_id) if len(jobs) > limit else None
@@ -359,12 +352,16 @@ class ConnectService:
         page = []
         for stored in jobs[:limit]:
             job = self._live.get(stored.job_id, stored)
-            attachment = None if job.terminal else await self.agent_sessions.stored(job.session_key)
+            attachment = None if job.terminal else await self._attachment(job.session_key, caller, stored=True)
             page.append(core(job, now, self.agent_sessions.render(attachment)))
         return page, more
 
-    async def get_session(self, args: GetSessionArgs, *, caller: str | None = None) -> dict[str, Any]:
-        jobs = await asyncio.to_thread(self.store.for_session, args.sessionId, caller)
+    async def get_session(self, args: GetSessionArgs, *, caller: Caller = OPERATOR) -> dict[str, Any]:
+        key = self._session_to_read(args.sessionId, args.agent, caller)
+        owner = None if key is None else await asyncio.to_thread(self.store.session_owner, key)
+        jobs = []
+        if key is not None and may_read(owner, caller):
+            jobs = await asyncio.to_thread(self.store.for_session, key, caller.key)
         if args.agent is not None:
             jobs = [job for job in jobs if job.agent == args.agent]
         result: dict[str, Any] = {"sessionId": args.sessionId, "found": bool(jobs), "mode": args.mode}
@@ -378,18 +375,20 @@ class ConnectService:
         if jobs and args.mode != "tasks":
             limit = clamp_limit(args.limit)
             after = (args.after if args.after is not None else 0) if args.mode == "events" else None
-            entries = await asyncio.to_thread(self.store.session_logs, args.sessionId, after=after, limit=limit)
+            entries = await asyncio.to_thread(
+                self.store.session_logs, jobs[-1].session_key, after=after, limit=limit, scope=caller.key
+            )
             events = [{"cursor": entry.seq, "jobId": entry.job_id, **log_line(entry)} for entry in entries]
             if entries:
                 next_after = entries[-1].seq
         result["events"] = events
         result["nextAfter"] = next_after
-        attachment = await self.agent_sessions.read(args.sessionId) if jobs or caller is None else None
+        attachment = await self._attachment(jobs[-1].session_key, caller) if jobs else None
         result["agentSession"] = self.agent_sessions.render(attachment)
         return result
 
-    async def list_sessions(self, *, caller: str | None = None) -> dict[str, Any]:
-        rows = await asyncio.to_thread(self.store.sessions, limit=LIST_LIMIT, scope=caller)
+    async def list_sessions(self, *, caller: Caller = OPERATOR) -> dict[str, Any]:
+        rows = await asyncio.to_thread(self.store.sessions, limit=LIST_LIMIT, scope=caller.key)
         now = self._now_ms()
         sessions = []
         for key, count, job in rows:
@@ -407,6 +406,54 @@ class ConnectService:
                 }
             )
         return {"sessions": sessions, "agents": self.agents.public(), "defaultAgent": self.agents.default_id}
+
+    # -- ownership ---------------------------------------------------------------------------------------------
+
+    async def _session_for_run(self, args: RunTaskArgs, caller: Caller) -> tuple[Agent, str]:
+        """The agent and gateway session ``run_task`` runs in, refused (``session_not_found``) before anything
+        reaches the gateway when the session is not the caller's (see :mod:`clawstack.connect.ownership`)."""
+        agent = self._agent(args.agent)
+        name = session_name(agent, caller, args.sessionKey)
+        owner = None if name.kind == "new" else await asyncio.to_thread(self.store.session_owner, name.key)
+        check_owner(name, owner, caller)
+        if owner is not None and owner.agent != agent.id:
+            if args.agent is not None:
+                raise ToolError("agent: the session belongs to another agent", code="agent_mismatch", field="agent")
+            agent = self._agent(owner.agent)
+        return agent, name.key
+
+    def _session_to_read(self, given: str, agent_id: str | None, caller: Caller) -> str | None:
+        """The key a ``get_session`` names (a full key, or the caller's short name), ``None`` for none."""
+        if FULL_KEY_RE.fullmatch(given):
+            return given
+        if not SHORT_NAME_RE.fullmatch(given):
+            return None
+        try:
+            return short_name_key(self.agents.get(agent_id), caller, given)
+        except KeyError:
+            return None
+
+    def _names(self, given: str, job: Job, caller: Caller) -> bool:
+        """Whether ``given`` (a key, or the caller's short name) names ``job``'s session."""
+        if given == job.session_key:
+            return True
+        try:
+            agent = self.agents.get(job.agent)
+        except KeyError:
+            return False
+        return SHORT_NAME_RE.fullmatch(given) is not None and short_name_key(agent, caller, given) == job.session_key
+
+    async def _attachment(
+        self, session_key: str, caller: Caller, *, wait_s: float = 0.0, stored: bool = False
+    ) -> Attachment | None:
+        """The current attachment of a conversation ``caller`` owns (``None`` for another caller's): as stored, or
+        read (refreshed in the background, with up to ``wait_s`` for the refresh)."""
+        owner = await asyncio.to_thread(self.store.session_owner, session_key)
+        if not may_read(owner, caller):
+            return None
+        if stored:
+            return await self.agent_sessions.stored(session_key, owner=caller.key)
+        return await self.agent_sessions.read(session_key, wait_s=wait_s, owner=caller.key)
 
     # -- agent sessions ----------------------------------------------------------------------------------------
 
@@ -535,14 +582,13 @@ class ConnectService:
                 field="agent",
             ) from None
 
-    async def _job(self, ident: str, field: str, caller: str | None = None) -> Job:
-        """The job ``ident`` names; another caller's job is refused exactly as an unknown id is (``caller`` ``None``:
-        an unauthenticated server, where every job is the one user's)."""
+    async def _job(self, ident: str, field: str, caller: Caller) -> Job:
+        """The job ``ident`` names; another caller's job is refused exactly as an unknown id is."""
         job = self._live.get(ident)
         if job is None:
             lookup = self.store.get_by_task if ident.startswith("task_") else self.store.get
             job = await asyncio.to_thread(lookup, ident)
-        if job is not None and caller is not None and job.caller != caller:
+        if job is not None and job.caller != caller.key:
             job = None
         if job is None:
             code = "task_not_found" if field == "taskId" else "job_not_found"
@@ -583,4 +629,4 @@ class ConnectService:
         return int(self._clock.now().timestamp() * 1000)
 
 
-__all__ = ["ClientFactory", "ConnectService", "compose_message", "default_client_factory", "session_key_for"]
+__all__ = ["ClientFactory", "ConnectService", "compose_message", "default_client_factory"]

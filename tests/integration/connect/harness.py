@@ -97,8 +97,9 @@ class FakeModel:
 class GatewayProcess:
     """``claw gateway serve`` on a fixed port, so that it can be killed and started again at the same address."""
 
-    def __init__(self, directory: Path, fake: FakeModel) -> None:
+    def __init__(self, directory: Path, fake: FakeModel, *, plugin_paths: Sequence[Path] = ()) -> None:
         self.port = free_port()
+        self.plugin_paths = tuple(plugin_paths)
         self.config = directory / "gateway.json5"
         self.data_dir = directory / "gateway-data"
         document = {
@@ -115,6 +116,8 @@ class GatewayProcess:
 
     def start(self) -> None:
         argv = _claw("gateway", "serve", "--config", str(self.config), "--data-dir", str(self.data_dir))
+        for path in self.plugin_paths:
+            argv += ["--plugins", str(path)]
         self.proc, _ = start_process(argv, "gateway listening on ")
 
     def stop(self, *, kill: bool = False) -> None:

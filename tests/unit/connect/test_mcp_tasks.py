@@ -40,7 +40,15 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types.jsonrpc import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from clawstack.connect import ConnectService, JobStore, TokenAuth, create_app, create_mcp_server, tool_definitions
+from clawstack.connect import (
+    Caller,
+    ConnectService,
+    JobStore,
+    TokenAuth,
+    create_app,
+    create_mcp_server,
+    tool_definitions,
+)
 from clawstack.connect.http import HttpServer
 from clawstack.connect.jobs import Job
 from clawstack.connect.mcp_tasks import (
@@ -570,8 +578,10 @@ async def test_over_http_each_caller_sees_only_their_tasks(service: ConnectServi
             assert (error.code, error.message, error.data) == (unknown.code, unknown.message, unknown.data), method
         mine = await raw(alice, "tasks/result", {"taskId": hers["taskId"]})
         assert mine["structuredContent"]["summary"] == "for alice"
-        diagnostics = await service.call("get_task", {"taskId": hers["taskId"], "detail": "diagnostics"})
-        assert diagnostics["diagnostics"]["caller"] == "Alice"
+        diagnostics = await service.call(
+            "get_task", {"taskId": hers["taskId"], "detail": "diagnostics"}, caller=Caller.user("Alice")
+        )
+        assert diagnostics["diagnostics"]["caller"] == "user:Alice"
 
 
 async def test_task_ids_survive_a_restart(tmp_path: Path, gateway: GatewayServer) -> None:
@@ -815,8 +825,10 @@ async def test_over_http_the_extension_keeps_callers_apart(service: ConnectServi
         unknown = await refused(ext_get(bob, "job_nope"))
         theirs = await refused(ext_get(bob, hers.task_id))
         assert (theirs.code, theirs.message, theirs.data) == (unknown.code, unknown.message, unknown.data)
-        full = await service.call("get_task", {"taskId": hers.task_id, "detail": "diagnostics"})
-        assert full["diagnostics"]["caller"] == "Alice"
+        full = await service.call(
+            "get_task", {"taskId": hers.task_id, "detail": "diagnostics"}, caller=Caller.user("Alice")
+        )
+        assert full["diagnostics"]["caller"] == "user:Alice"
 
 
 def test_the_extensions_task_mapping() -> None:

@@ -19,7 +19,7 @@ WAIT = {"waitMs": 10000}
 
 
 async def run_to_end(service: ConnectService, **arguments: Any) -> dict[str, Any]:
-    job = await service.call("run_task", arguments, caller="Alice")
+    job = await service.call("run_task", arguments)
     for _ in range(20):
         snap = await service.call("check_task", {"jobId": job["jobId"], **WAIT})
         if snap["isTerminal"]:
@@ -31,7 +31,7 @@ async def test_a_completed_task(service: ConnectService) -> None:
     snap = await run_to_end(service, task="@fake reply: fine")
     assert (snap["status"], snap["terminalReason"], snap["summary"]) == ("completed", "final", "fine")
     full = await service.call("get_task", {"taskId": snap["taskId"], "detail": "full"})
-    assert full["diagnostics"]["caller"] == "Alice"
+    assert full["diagnostics"]["caller"] == "operator"
     assert full["diagnostics"]["gateway"]["liveness"] == "connected"
     assert PASSWORD not in repr(full)
 

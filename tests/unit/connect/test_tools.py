@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from clawstack.connect import TOOLS, ToolError, tool_definitions
 from clawstack.connect.agents import Agent
 from clawstack.connect.jobs import Job
-from clawstack.connect.service import compose_message, session_key_for
+from clawstack.connect.service import compose_message
 from clawstack.connect.snapshots import Observed, detail_snapshot, preview, task_snapshot
 from clawstack.connect.tools import clamp_limit, clamp_wait_ms, parse_arguments
 from clawstack.connect.transcript import find_answer, message_text, run_active
@@ -118,17 +118,6 @@ def test_non_object_arguments() -> None:
 
 
 AGENT = Agent("house", "ws://h:1", "research")
-
-
-def test_session_keys_are_minted_per_conversation_unless_given() -> None:
-    first, second = session_key_for(AGENT, None), session_key_for(AGENT, None)
-    assert first != second
-    assert first.startswith("agent:research:channel:clawconnect:")
-    assert session_key_for(AGENT, "thread-1") == "agent:research:channel:clawconnect:thread-1"
-    assert session_key_for(AGENT, "agent:main:main") == "agent:main:main"
-    for bad in ("has space", "a:b", "", "agent: x"):
-        with pytest.raises(ToolError):
-            session_key_for(AGENT, bad)
 
 
 def test_the_message_carries_sender_task_and_context() -> None:

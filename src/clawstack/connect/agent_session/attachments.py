@@ -49,6 +49,9 @@ class Attachment:
     replaces_attachment_id: str | None = None
     superseded_by: str | None = None
     reason: str | None = None
+    owner: str | None = None
+    """The owner key of the caller whose conversation made the attachment (``None`` on a record written before
+    attachments had owners: it belongs to its conversation's owner)."""
 
     @property
     def ref(self) -> AgentSessionRef:
@@ -99,6 +102,7 @@ class Attachment:
             "replacesAttachmentId": self.replaces_attachment_id,
             "supersededBy": self.superseded_by,
             "reason": self.reason,
+            "owner": self.owner,
         }
 
 
@@ -157,6 +161,7 @@ def from_record(data: object) -> Attachment:
         replaces_attachment_id=_opt_str(data, "replacesAttachmentId"),
         superseded_by=_opt_str(data, "supersededBy"),
         reason=_opt_str(data, "reason"),
+        owner=_opt_str(data, "owner"),
     )
 
 

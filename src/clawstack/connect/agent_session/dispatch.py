@@ -131,8 +131,10 @@ class Dispatcher:
         timeout_ms: int | None = None,
         cancel: asyncio.Event | None = None,
         last_state: State | None = None,
+        caller: str | None = None,
     ) -> DispatchResult:
-        """Call ``operation`` on the session ``ref`` names; never raises (see the module docstring)."""
+        """Call ``operation`` on the session ``ref`` names, for the attachment's owner ``caller`` (handed to the
+        callback as ``options.caller``); never raises (see the module docstring)."""
 
         def failed(code: str, message: str) -> DispatchResult:
             return DispatchResult(operation, unavailable(), DispatchError(code, message), last_state)
@@ -145,7 +147,7 @@ class Dispatcher:
             return failed("unsupported_operation", f"the runtime registered no {operation} callback")
         deadline_ms = self.deadline_ms(timeout_ms)
         signal = asyncio.Event()
-        options = CallOptions(signal=signal, deadline_ms=deadline_ms)
+        options = CallOptions(signal=signal, deadline_ms=deadline_ms, caller=caller)
         if operation == "inspect":
             call = _invoke(callback, ref, options)
         elif operation == "continue":

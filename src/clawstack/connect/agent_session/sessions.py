@@ -5,9 +5,17 @@ when its file exists, created on the first directive, so a deployment that never
 it) and a :class:`~clawstack.connect.agent_session.dispatch.Dispatcher` over the injected registry. Nothing here
 raises into a tool call: a store or runtime failure is logged and reported, and a task never fails because of it.
 
-**One current session.** A marker or ``attach`` naming the current session refreshes it; naming another one while
-a session is current is ignored with a warning (attaching something else takes an explicit ``replace`` with its
-reason, which mints the new record chained by ``replacesAttachmentId``).
+**One current session.** A marker or ``attach`` naming the current session refreshes it. A marker naming another
+session of the same runtime is an implicit replace (the old record ``superseded``, the new one chained by
+``replacesAttachmentId``), as reference hosts expect when they re-send the marker of the session they moved to;
+any other attach naming another session while one is current is ignored with a warning (attaching something else
+takes an explicit ``replace`` with its reason). The provider recorded is the registered runtime's, never the
+marker's; right after an attach the state is the one the host reported in it (attaching calls no runtime).
+
+**Owners.** Every attachment records the owner key of the caller whose conversation made it; a directive acts only
+on its caller's own attachment, an attach naming a session that another caller's conversation has attached is
+ignored (with a warning), reads answer only the owner, and every callback receives the owner as
+``options.caller`` so a host can authorize it.
 
 **Freshness.** Every call out (``inspect``, ``continue``, ``detach``) takes a monotonic ``observationToken``
 first; its observation is written only if the attachment is still current, still bound to the same delegated
@@ -32,7 +40,7 @@ import itertools
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from clawstack.common.clock import Clock
 from clawstack.common.ids import new_id
@@ -47,7 +55,14 @@ from clawstack.connect.agent_session.views import RECOVERED_REASON, RESULT_SOURC
 from clawstack.connect.errors import ConnectError
 from clawstack.connect.snapshots import iso_ms
 
+IMPLICIT_REPLACE_REASON: Final = "the host's marker named another session of the same runtime"
 _log = logging.getLogger(__name__)
+
+
+def _owned(attachment: Attachment, owner: str | None) -> bool:
+    """Whether ``owner`` (``None``: any) may read ``attachment``; a record without an owner is its conversation's,
+    whose owner the caller has checked."""
+    return owner is None or attachment.owner in (None, owner)
 
 
 class AgentSessions:
@@ -103,25 +118,32 @@ class AgentSessions:
 
     # -- directives --------------------------------------------------------------------------------------------
 
-    async def apply(self, session_key: str, turn_id: str, directive: Directive, task: str) -> None:
-        """Apply ``directive`` for the turn ``turn_id`` (a job id) of conversation ``session_key``; never raises
-        (a caller's cancellation propagates, after the callback it interrupted was signalled)."""
+    async def apply(self, session_key: str, turn_id: str, directive: Directive, task: str, *, owner: str) -> None:
+        """Apply ``directive`` for the turn ``turn_id`` (a job id) of conversation ``session_key``, owned by the
+        caller whose key is ``owner``; never raises (a caller's cancellation propagates, after the callback it
+        interrupted was signalled)."""
         if not await self._open():
             return
         try:
-            await self._apply(session_key, turn_id, directive, task)
+            await self._apply(session_key, turn_id, directive, task, owner)
         except ConnectError as exc:
             _log.error("agent-session %s not applied: [%s] %s", directive.action, exc.code, exc.message)
 
-    async def _apply(self, key: str, turn_id: str, d: Directive, task: str) -> None:
+    async def _apply(self, key: str, turn_id: str, d: Directive, task: str, owner: str) -> None:
         current = await asyncio.to_thread(self.store.current, key)
-        if d.action == "replace" or (d.action == "attach" and current is None):
-            await asyncio.to_thread(self.store.attach, self._new(key, turn_id, d), supersede_reason=d.reason)
+        if current is not None and current.owner not in (None, owner):
+            _log.warning("an agent-session %s was ignored: the conversation's attachment is another caller's", d.action)
+            return
+        same = current is not None and (
+            d.runtime is None or (current.runtime, current.session_id) == (d.runtime, d.session_id)
+        )
+        implicit = d.from_marker and current is not None and not same and current.runtime == d.runtime
+        if d.action == "replace" or (d.action == "attach" and (current is None or implicit)):
+            await self._attach_new(key, turn_id, d, owner, implicit=implicit)
             return
         if current is None:
             _log.info("agent-session %s ignored: the conversation has no current attachment", d.action)
             return
-        same = d.runtime is None or (current.runtime, current.session_id) == (d.runtime, d.session_id)
         if d.action == "attach" and same:
             await asyncio.to_thread(self.store.update_current, key, current.attachment_id, self._refresh(d, turn_id))
             return
@@ -151,7 +173,20 @@ class AgentSessions:
         else:
             await self._detach(current, d)
 
-    def _new(self, key: str, turn_id: str, d: Directive) -> Attachment:
+    async def _attach_new(self, key: str, turn_id: str, d: Directive, owner: str, *, implicit: bool) -> None:
+        assert d.runtime is not None
+        assert d.session_id is not None
+        elsewhere = await asyncio.to_thread(self.store.current_elsewhere, d.runtime, d.session_id, key)
+        if any(other.owner != owner for other in elsewhere):
+            # Names no value: whether another caller attached that session is theirs to know.
+            _log.warning(
+                "an agent-session %s was ignored: the session is attached to another caller's conversation", d.action
+            )
+            return
+        reason = IMPLICIT_REPLACE_REASON if implicit else d.reason if d.action == "replace" else None
+        await asyncio.to_thread(self.store.attach, self._new(key, turn_id, d, owner, reason), supersede_reason=reason)
+
+    def _new(self, key: str, turn_id: str, d: Directive, owner: str, reason: str | None) -> Attachment:
         assert d.runtime is not None
         assert d.session_id is not None
         entry = self.registry.get(d.runtime)
@@ -163,7 +198,7 @@ class AgentSessions:
             session_id=d.session_id,
             created_at_ms=now,
             updated_at_ms=now,
-            provider=d.provider or (entry.provider if entry is not None else None),
+            provider=entry.provider if entry is not None else None,
             provider_session_id=d.provider_session_id,
             host=d.host,
             remote_url=d.remote_url,
@@ -171,7 +206,8 @@ class AgentSessions:
             reported_state=d.state,
             observation_token=self._token(),
             delegated_turn_id=turn_id,
-            reason=d.reason if d.action == "replace" else None,
+            reason=reason,
+            owner=owner,
         )
 
     def _refresh(self, d: Directive, turn_id: str) -> Callable[[Attachment], Attachment]:
@@ -180,7 +216,6 @@ class AgentSessions:
         def update(a: Attachment) -> Attachment:
             return dataclasses.replace(
                 a,
-                provider=d.provider or a.provider,
                 provider_session_id=d.provider_session_id or a.provider_session_id,
                 host=d.host or a.host,
                 remote_url=d.remote_url or a.remote_url,
@@ -198,7 +233,9 @@ class AgentSessions:
         token = self._token()  # taken before calling out, as for every call
         if d.stop_runtime:
             request = DetachRequest(d.reason or "", True)
-            result = await self.dispatcher.dispatch("detach", current.ref, request, last_state=current.reported_state)
+            result = await self.dispatcher.dispatch(
+                "detach", current.ref, request, last_state=current.reported_state, caller=current.owner
+            )
             await self._write(current, current.delegated_turn_id, token, result)
 
         def update(a: Attachment) -> Attachment:
@@ -253,13 +290,13 @@ class AgentSessions:
     ) -> Attachment | None:
         token = self._token()  # taken before calling out
         result = await self.dispatcher.dispatch(
-            operation, attachment.ref, request, last_state=attachment.reported_state
+            operation, attachment.ref, request, last_state=attachment.reported_state, caller=attachment.owner
         )
         return await self._write(attachment, turn_id, token, result)
 
-    async def read(self, session_key: str, *, wait_s: float = 0.0) -> Attachment | None:
+    async def read(self, session_key: str, *, wait_s: float = 0.0, owner: str | None = None) -> Attachment | None:
         """The conversation's current attachment, ``None`` when there is none (a keyed lookup: nothing else happens
-        for a conversation without one).
+        for a conversation without one) or, with ``owner``, when it is another caller's.
 
         The stored record is answered at once and refreshed through ``inspect`` in the background (joining the
         refresh in flight for this attachment, if any); the next read sees the result. With ``wait_s`` the refresh
@@ -269,7 +306,7 @@ class AgentSessions:
             return None
         try:
             current = await asyncio.to_thread(self.store.current, session_key)
-            if current is None:
+            if current is None or not _owned(current, owner):
                 return None
             refresh = self._refresh_in_background(current)
             if current.runtime not in self.registry:
@@ -283,12 +320,14 @@ class AgentSessions:
             _log.error("agent-session read failed: [%s] %s", exc.code, exc.message)
             return None
 
-    async def stored(self, session_key: str) -> Attachment | None:
-        """The conversation's current attachment as stored: no runtime is called and nothing is refreshed."""
+    async def stored(self, session_key: str, *, owner: str | None = None) -> Attachment | None:
+        """The conversation's current attachment as stored (with ``owner``: only when it is that caller's); no
+        runtime is called and nothing is refreshed."""
         if not self.store.is_open:
             return None
         try:
-            return await asyncio.to_thread(self.store.current, session_key)
+            current = await asyncio.to_thread(self.store.current, session_key)
+            return current if current is not None and _owned(current, owner) else None
         except ConnectError as exc:
             _log.error("agent-session read failed: [%s] %s", exc.code, exc.message)
             return None
@@ -344,4 +383,4 @@ class AgentSessions:
         return views.render(attachment, self.registry.capabilities(attachment.runtime))
 
 
-__all__ = ["RECOVERED_REASON", "RESULT_SOURCE", "AgentSessions"]
+__all__ = ["IMPLICIT_REPLACE_REASON", "RECOVERED_REASON", "RESULT_SOURCE", "AgentSessions"]

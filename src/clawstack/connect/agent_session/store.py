@@ -152,6 +152,20 @@ class AttachmentStore:
         with self._read() as db:
             return self._current_in(db, session_key)
 
+    def current_elsewhere(self, runtime: str, session_id: str, session_key: str) -> list[Attachment]:
+        """The current attachments of other conversations than ``session_key`` naming session ``session_id`` of
+        ``runtime``."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT a.record FROM current AS c JOIN attachments AS a ON a.attachment_id = c.attachment_id "
+                "WHERE c.session_key != ? AND json_valid(a.record) "
+                "AND CASE WHEN json_valid(a.record) THEN json_extract(a.record, '$.runtime') END = ? "
+                "AND CASE WHEN json_valid(a.record) THEN json_extract(a.record, '$.sessionId') END = ?",
+                (session_key, runtime, session_id),
+            ).fetchall()
+        decoded = [_decode(row[0]) for row in rows]
+        return [a for a in decoded if a is not None and a.status == "current"]
+
     def get(self, attachment_id: str) -> Attachment | None:
         with self._read() as db:
             row = db.execute("SELECT record FROM attachments WHERE attachment_id=?", (attachment_id,)).fetchone()

@@ -66,10 +66,13 @@ class AgentSessionRef:
 @dataclass(frozen=True)
 class CallOptions:
     """What every callback receives: ``signal`` merges the caller's cancellation with the seam's deadline (it is set
-    when either fires); ``deadline_ms`` is the deadline the seam applies to this call."""
+    when either fires); ``deadline_ms`` is the deadline the seam applies to this call; ``caller`` is the opaque
+    identity of the ClawConnect caller that owns the attachment (``user:<name>``, ``public``, ``anonymous`` or
+    ``operator``), for a host that authorizes per caller. ClawConnect never reads it back."""
 
     signal: asyncio.Event
     deadline_ms: int
+    caller: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from clawstack.connect.agent_session import (
 )
 
 if TYPE_CHECKING:
-    from clawstack.connect import ConnectService
+    from clawstack.connect import Caller, ConnectService
 
 WAIT = {"waitMs": 10000}
 Factory = Callable[..., Awaitable["ConnectService"]]
@@ -38,6 +38,7 @@ class FakeRuntime:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     calls: list[tuple[str, AgentSessionRef, Any]] = field(default_factory=list)
     signals: list[asyncio.Event] = field(default_factory=list)
+    callers: list[str | None] = field(default_factory=list)
     called: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _answer(
@@ -45,6 +46,7 @@ class FakeRuntime:
     ) -> Mapping[str, Any] | None:
         self.calls.append((kind, ref, extra))
         self.signals.append(options.signal)
+        self.callers.append(options.caller)
         self.called.set()
         behaviour = self.behaviours.get(kind, self.behaviour)
         if behaviour == "hang":
@@ -98,10 +100,11 @@ def now_s() -> float:
     return time.time() + 1
 
 
-async def run_to_end(service: ConnectService, **arguments: Any) -> dict[str, Any]:
-    job = await service.call("run_task", arguments)
+async def run_to_end(service: ConnectService, caller: Caller | None = None, **arguments: Any) -> dict[str, Any]:
+    as_caller = {} if caller is None else {"caller": caller}
+    job = await service.call("run_task", arguments, **as_caller)
     for _ in range(20):
-        snap = await service.call("check_task", {"jobId": job["jobId"], **WAIT})
+        snap = await service.call("check_task", {"jobId": job["jobId"], **WAIT}, **as_caller)
         if snap["isTerminal"]:
             return snap
     raise AssertionError("the task did not end")

@@ -38,7 +38,7 @@ def identity(attachment: Attachment) -> dict[str, Any]:
 
 async def attached(sessions: AgentSessions, **extra: Any) -> Attachment:
     attach = Directive(action="attach", runtime="fake", session_id="s-1", state="running", **extra)
-    await sessions.apply(KEY, "job_1", attach, "the task")
+    await sessions.apply(KEY, "job_1", attach, "the task", owner="operator")
     (record,) = await sessions.lineage(KEY)
     return record
 

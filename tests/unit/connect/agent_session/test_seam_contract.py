@@ -140,7 +140,8 @@ async def test_attaching_something_else_takes_an_explicit_replace(
     service = await make(registry_with(fake))
     one = await run_to_end(service, task="@fake reply: 1", context=marker())
     key, first_id = one["sessionKey"], one["agentSession"]["attachmentId"]
-    for context in (marker(session_id="s-2", state="idle"), block(op="attach", runtime="fake", sessionId="s-2")):
+    # An attach directive naming another session, and a marker naming another runtime's, are ignored.
+    for context in (block(op="attach", runtime="fake", sessionId="s-2"), marker(runtime="zed", session_id="s-2")):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="clawstack.connect.agent_session"):
             other = await run_to_end(service, task="@fake reply: 2", sessionKey=key, context=context)
@@ -155,7 +156,7 @@ async def test_attaching_something_else_takes_an_explicit_replace(
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1
         assert "another session" in warnings[0]
-        assert not any(value in warnings[0] for value in ("s-1", "s-2", "fake"))  # names no value
+        assert not any(value in warnings[0] for value in ("s-1", "s-2", "fake", "zed"))  # names no value
     lineage = await service.agent_sessions.lineage(key)
     assert [(a.session_id, a.status) for a in lineage] == [("s-1", "current")]
     # Only a replace, with its reason, mints the new record, chained by replacesAttachmentId.
@@ -167,6 +168,36 @@ async def test_attaching_something_else_takes_an_explicit_replace(
         ("s-1", "superseded", "moved to s-2"),
         ("s-2", "current", "moved to s-2"),
     ]
+
+
+async def test_a_marker_naming_another_session_of_the_same_runtime_is_an_implicit_replace(make: Factory) -> None:
+    # Reference hosts re-send the marker of the session they moved to: the old record is superseded and the new one
+    # replaces it, with the state the host reported in the marker (attaching calls no runtime).
+    fake = FakeRuntime(sessions={"s-1": {"state": "running"}, "s-2": {"state": "idle"}})
+    service = await make(registry_with(fake))
+    one = await run_to_end(service, task="@fake reply: 1", context=marker())
+    key, first_id = one["sessionKey"], one["agentSession"]["attachmentId"]
+    calls = len(fake.calls)
+    started = await service.call(
+        "run_task", {"task": "@fake reply: 2", "sessionKey": key, "context": marker(session_id="s-2", state="starting")}
+    )
+    assert len(fake.calls) == calls  # the attach itself called nothing
+    stored = await service.agent_sessions.stored(key)
+    assert stored is not None
+    assert (stored.session_id, stored.state, stored.replaces_attachment_id) == ("s-2", "starting", first_id)
+    await run_to_end_of(service, started["jobId"])
+    lineage = await service.agent_sessions.lineage(key)
+    assert [(a.session_id, a.status) for a in lineage] == [("s-1", "superseded"), ("s-2", "current")]
+    assert lineage[0].superseded_by == lineage[1].attachment_id
+    assert lineage[0].reason == lineage[1].reason == "the host's marker named another session of the same runtime"
+
+
+async def run_to_end_of(service: ConnectService, job_id: str) -> dict[str, Any]:
+    for _ in range(20):
+        snap = await service.call("check_task", {"jobId": job_id, **WAIT})
+        if snap["isTerminal"]:
+            return snap
+    raise AssertionError("the task did not end")
 
 
 async def test_cancelling_the_operation_fires_the_callbacks_abort_signal(make: Factory) -> None:

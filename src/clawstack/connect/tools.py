@@ -42,9 +42,19 @@ class RunTaskArgs(_Args):
         None
     )
     sessionKey: Annotated[
-        Name | None, Field(description="Continue this conversation; omit to start a new one (a new key is minted).")
+        Name | None,
+        Field(
+            description="Continue this conversation: a sessionKey run_task returned, or a short name of your own; "
+            "omit to start a new one (a new key is minted)."
+        ),
     ] = None
-    senderName: Annotated[Name | None, Field(description="Who is asking, as the agent should see it.")] = None
+    senderName: Annotated[
+        Name | None,
+        Field(
+            description="Who is asking, as the agent should see it. With a personal token the sender is the "
+            "token's name instead; with the shared pass or no token it is shown as unverified."
+        ),
+    ] = None
 
 
 class CheckTaskArgs(_Args):

@@ -3,14 +3,17 @@ asking (:mod:`clawstack.connect.ownership`)."""
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
+from pathlib import Path
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clawstack.connect import ANONYMOUS, OPERATOR, PUBLIC, Caller, ToolError
+from clawstack.connect import ANONYMOUS, OPERATOR, PUBLIC, Caller, ConnectService, JobStore, ToolError
 from clawstack.connect.agents import Agent
-from clawstack.connect.jobs import SessionOwner
-from clawstack.gateway.keys import parse_session_key
+from clawstack.connect.jobs import Job, SessionOwner
 from clawstack.connect.ownership import (
     SessionName,
     check_owner,
@@ -19,6 +22,9 @@ from clawstack.connect.ownership import (
     session_name,
     short_name_key,
 )
+from clawstack.connect.tools import RunTaskArgs, parse_arguments
+from clawstack.gateway.keys import parse_session_key
+from tests.unit.connect.conftest import agents_for
 
 AGENT = Agent("house", "ws://h:1", "research")
 ALICE, BOB = Caller.user("Alice"), Caller.user("Bob")
@@ -124,3 +130,48 @@ def test_no_key_lets_one_caller_into_anothers_session(
     except ToolError:
         return
     assert name_b.key != name_a.key or b.key == a.key
+
+
+def _job(n: int, key: str, agent: str, caller: Caller) -> Job:
+    return Job(
+        job_id=f"job_{n}",
+        task_id=f"task_{n}",
+        run_id=f"run_{n}",
+        agent=agent,
+        openclaw_agent_id="main",
+        session_key=key,
+        created_at_ms=n,
+        updated_at_ms=n,
+        status="completed",
+        caller=caller.key,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs=st.lists(st.tuples(CALLERS, KEYS), min_size=2, max_size=6))
+def test_through_the_service_and_store_no_job_lands_in_another_callers_session(
+    pairs: list[tuple[Caller, str | None]],
+) -> None:
+    """Callers take turns naming keys; every job the store accepts is in a session whose owner is its caller."""
+    with tempfile.TemporaryDirectory() as directory:
+        store = JobStore(Path(directory) / "jobs.sqlite3")
+        service = ConnectService(agents_for("ws://127.0.0.1:9"), store)
+        store.open()
+        try:
+            for n, (caller, key) in enumerate(pairs):
+                try:
+                    args = parse_arguments("run_task", {"task": "t", "sessionKey": key})
+                    assert isinstance(args, RunTaskArgs)
+                    agent, session_key = asyncio.run(service._session_for_run(args, caller))
+                    store.create(_job(n, session_key, agent.id, caller))
+                except ToolError:
+                    continue
+                owner = store.session_owner(session_key)
+                assert owner is not None
+                assert owner.owner == caller.key
+            for job in store.recent(active_only=False, limit=100)[0]:
+                owner = store.session_owner(job.session_key)
+                assert owner is not None
+                assert owner.owner == job.caller
+        finally:
+            store.close()

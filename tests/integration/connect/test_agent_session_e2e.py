@@ -11,6 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from mcp.client.session import ClientSession
 
 from tests.integration.connect.harness import (
     GATEWAY_PASSWORD,
@@ -125,13 +126,26 @@ async def test_over_http_and_without_the_runtime(tmp_path: Path, gateway: Gatewa
             assert snap["resultSource"] is None
     finally:
         assert http.close() == 0
-    # The same data directory without the host module: the record reads back unavailable/unknown_runtime.
+    # The same data directory without the host module (the same open endpoint's caller): the record reads back
+    # unavailable/unknown_runtime.
+    again = HttpConnect(tmp_path / "h", connect_env(gateway))
+    try:
+        async with http_session(again.url) as session:
+            await without_the_runtime(session, job)
+    finally:
+        assert again.close() == 0
+    # Over stdio, the operator is another caller: the anonymous caller's task is not theirs to read.
     async with stdio_session(tmp_path / "h", connect_env(gateway)) as session:
-        snap = await call(session, "check_task", {"jobId": job["jobId"], "mode": "poll"})
-        assert snap["status"] == "completed_no_summary"
-        assert snap["agentSession"]["state"] == "unavailable"
-        assert snap["agentSession"]["lastReportedState"] == "needs_input"
-        assert snap["agentSession"]["lastError"]["code"] == "unknown_runtime"
-        fresh = await call(session, "run_task", {"task": "@fake reply: normal", "context": marker()})
-        done = await wait_terminal(session, fresh)
-        assert (done["status"], done["summary"], done["resultSource"]) == ("completed", "normal", "parent")
+        refused = await call(session, "check_task", {"jobId": job["jobId"], "mode": "poll"})
+        assert refused["error"]["code"] == "job_not_found"
+
+
+async def without_the_runtime(session: ClientSession, job: dict[str, Any]) -> None:
+    snap = await call(session, "check_task", {"jobId": job["jobId"], "mode": "poll"})
+    assert snap["status"] == "completed_no_summary"
+    assert snap["agentSession"]["state"] == "unavailable"
+    assert snap["agentSession"]["lastReportedState"] == "needs_input"
+    assert snap["agentSession"]["lastError"]["code"] == "unknown_runtime"
+    fresh = await call(session, "run_task", {"task": "@fake reply: normal", "context": marker()})
+    done = await wait_terminal(session, fresh)
+    assert (done["status"], done["summary"], done["resultSource"]) == ("completed", "normal", "parent")

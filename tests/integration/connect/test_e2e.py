@@ -160,7 +160,7 @@ async def test_a_long_task_is_followed_with_check_task_waits_over_http(tmp_path:
             more = await call(session, "check_task", {"jobId": job["jobId"], "knownLogCount": seen, "mode": "poll"})
             assert [line["index"] for line in more["logs"]] == list(range(seen, more["logCursor"]))
             diagnostics = await call(session, "get_task", {"taskId": job["taskId"], "detail": "diagnostics"})
-            assert diagnostics["diagnostics"]["caller"] == "Alice"
+            assert diagnostics["diagnostics"]["caller"] == "user:Alice"
     finally:
         assert http.close() == 0
 

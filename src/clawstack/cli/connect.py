@@ -27,6 +27,7 @@ from clawstack.connect import (
 )
 from clawstack.connect.agent_session import ENV_VAR, AgentSessionRuntimeRegistry, load_runtime_modules
 from clawstack.connect.jobs import STORE_FILE
+from clawstack.connect.mcp_sessions import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_SESSIONS_PER_CALLER, McpSessionSettings
 
 __all__ = ["READY_PREFIX", "connect"]
 
@@ -131,13 +132,46 @@ async def _serve_mcp(service: ConnectService, runtimes: AgentSessionRuntimeRegis
 @_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--port", default=8787, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
-def http(agents_path: Path | None, data_dir: Path | None, log_level: str, host: str, port: int) -> None:
+@click.option(
+    "--max-sessions-per-caller",
+    envvar="CLAWCONNECT_MAX_SESSIONS_PER_CALLER",
+    show_envvar=True,
+    default=DEFAULT_MAX_SESSIONS_PER_CALLER,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="How many MCP sessions one caller (a personal token, the shared pass, or everyone on an open endpoint) "
+    "may hold at once; one more is refused with HTTP 429.",
+)
+@click.option(
+    "--session-idle-timeout",
+    "session_idle_timeout_s",
+    envvar="CLAWCONNECT_SESSION_IDLE_TIMEOUT_S",
+    show_envvar=True,
+    default=DEFAULT_IDLE_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(1, 7 * 24 * 3600),
+    metavar="SECONDS",
+    help="An MCP session with no request in flight (an open GET stream counts) for this long ends, and its "
+    "place in its caller's bound is freed.",
+)
+def http(
+    agents_path: Path | None,
+    data_dir: Path | None,
+    log_level: str,
+    host: str,
+    port: int,
+    max_sessions_per_caller: int,
+    session_idle_timeout_s: float,
+) -> None:
     """Serve MCP over Streamable HTTP at /mcp (and /health) until SIGTERM or SIGINT.
 
     Callers need a token: MCP_USER_TOKENS ('Name:token,…'), MCP_USER_TOKENS_FILE (a JSON object of name: token,
     reloaded when it changes) or PUBLIC_MCP_PASS, sent as 'Authorization: Bearer TOKEN' or '?pass=TOKEN'. With
     none set the endpoint is open, and the readiness line says so. Once listening it prints one line on stdout:
     'clawconnect listening on http://HOST:PORT/mcp (…)'.
+
+    An MCP session belongs to the caller that opened it: any other caller naming its Mcp-Session-Id is answered
+    404, as for an unknown one. SSE streams carry event ids and resume with Last-Event-ID (events kept in memory).
     """
     agents, store = _prepare(agents_path, data_dir, log_level)
     try:
@@ -146,18 +180,26 @@ def http(agents_path: Path | None, data_dir: Path | None, log_level: str, host: 
         raise click.ClickException(f"[{exc.code}] {exc.message}") from exc
     runtimes = _agent_session_runtimes()
     service = ConnectService(agents, store, agent_session_runtimes=runtimes)
-    asyncio.run(_serve_http(service, runtimes, auth, host, port))
+    sessions = McpSessionSettings(
+        max_sessions_per_caller=max_sessions_per_caller, idle_timeout_s=session_idle_timeout_s
+    )
+    asyncio.run(_serve_http(service, runtimes, auth, host, port, sessions))
 
 
 async def _serve_http(
-    service: ConnectService, runtimes: AgentSessionRuntimeRegistry, auth: TokenAuth, host: str, port: int
+    service: ConnectService,
+    runtimes: AgentSessionRuntimeRegistry,
+    auth: TokenAuth,
+    host: str,
+    port: int,
+    sessions: McpSessionSettings,
 ) -> None:
     server: HttpServer | None = None
 
     async def start() -> str:
         nonlocal server
         try:
-            app = create_app(service, auth, host=host, agent_session_runtimes=runtimes)
+            app = create_app(service, auth, host=host, agent_session_runtimes=runtimes, sessions=sessions)
             server = HttpServer(app, host=host, port=port)
         except OSError as exc:
             raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from exc

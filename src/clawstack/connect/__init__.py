@@ -27,6 +27,7 @@ from clawstack.connect.follow import Outcome, RunFollower
 from clawstack.connect.gateway_client import ConnectionState, GatewayClient, RunEvent, RunWatch
 from clawstack.connect.http import AuthGuard, HttpServer, create_app
 from clawstack.connect.jobs import Job, JobStore, LogEntry
+from clawstack.connect.mcp_sessions import McpSessionSettings
 from clawstack.connect.server import create_mcp_server, serve_stdio, tool_definitions
 from clawstack.connect.service import ConnectService
 from clawstack.connect.tools import TOOLS, ToolSpec
@@ -56,6 +57,7 @@ __all__ = [
     "JobStore",
     "JobStoreError",
     "LogEntry",
+    "McpSessionSettings",
     "Outcome",
     "RunEvent",
     "RunFollower",

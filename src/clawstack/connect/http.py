@@ -9,6 +9,11 @@ in front of it admits callers (:class:`~clawstack.connect.auth.TokenAuth`):
   declared JSON (``Content-Type: application/json``) gets 415. The admitted
   :class:`~clawstack.connect.callers.Caller` (a token's owner, the shared pass's ``public``, or the one anonymous
   caller of an open endpoint) reaches the tools with the request.
+* Each MCP session belongs to the caller that opened it, and a caller holds a bounded number of them
+  (:mod:`clawstack.connect.mcp_sessions`); its SSE streams carry event ids and resume with ``Last-Event-ID`` from a
+  bounded per-session store (:mod:`clawstack.connect.event_store`), which the SDK's transport is given, with the
+  ``retry`` interval of its priming events and the idle period after which it closes a session
+  (:class:`~clawstack.connect.mcp_sessions.McpSessionSettings`).
 
 uvicorn's access log is off: a query string may carry a pass.
 """
@@ -28,6 +33,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clawstack.connect.agent_session.registry import AgentSessionRuntimeRegistry
 from clawstack.connect.auth import TokenAuth
+from clawstack.connect.event_store import SessionEventStore
+from clawstack.connect.mcp_sessions import McpSessions, McpSessionSettings
 from clawstack.connect.server import CALLER_STATE_KEY, create_mcp_server
 from clawstack.connect.service import ConnectService
 
@@ -61,12 +68,16 @@ def _content_type(scope: Scope) -> str:
 
 
 class AuthGuard:
-    """ASGI middleware: ``/health``, then the token check and the JSON check in front of ``/mcp``."""
+    """ASGI middleware: ``/health``, then the token check and the JSON check in front of ``/mcp``, then the MCP
+    session checks of ``sessions`` (:class:`~clawstack.connect.mcp_sessions.McpSessions`)."""
 
-    def __init__(self, app: ASGIApp, auth: TokenAuth, health: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, app: ASGIApp, auth: TokenAuth, health: Callable[[], dict[str, Any]], sessions: McpSessions
+    ) -> None:
         self.app = app
         self.auth = auth
         self.health = health
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,6 +102,9 @@ class AuthGuard:
                 await _send_json(send, 415, body)
                 return
             scope.setdefault("state", {})[CALLER_STATE_KEY] = caller
+            if path == MCP_PATH:
+                await self.sessions.serve(caller.key, scope, receive, send, self.app)
+                return
         await self.app(scope, receive, send)
 
 
@@ -100,13 +114,24 @@ def create_app(
     *,
     host: str = "127.0.0.1",
     agent_session_runtimes: AgentSessionRuntimeRegistry | None = None,
+    sessions: McpSessionSettings | None = None,
 ) -> ASGIApp:
     """The HTTP application: the SDK's Streamable HTTP app for :func:`create_mcp_server`, behind :class:`AuthGuard`.
 
-    ``agent_session_runtimes`` is injected as :func:`create_mcp_server` does."""
+    ``agent_session_runtimes`` is injected as :func:`create_mcp_server` does. ``sessions`` (default:
+    :class:`~clawstack.connect.mcp_sessions.McpSessionSettings`'s defaults) sets the per-caller bound on MCP
+    sessions, their idle period, the priming events' ``retry`` and the resumable event store's bounds."""
+    sessions = sessions if sessions is not None else McpSessionSettings()
     server = create_mcp_server(service, agent_session_runtimes=agent_session_runtimes)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
-    return AuthGuard(app, auth, service.health)
+    events = SessionEventStore(max_events_per_session=sessions.max_events_per_session, max_events=sessions.max_events)
+    app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        host=host,
+        event_store=events,
+        retry_interval=sessions.sse_retry_ms,
+        session_idle_timeout=sessions.idle_timeout_s,
+    )
+    return AuthGuard(app, auth, service.health, McpSessions(sessions, events))
 
 
 class _Server(uvicorn.Server):

@@ -49,7 +49,9 @@ class Raw:
         assert reply.status_code == 200, reply.text
         self.session = reply.headers.get("mcp-session-id", self.session)
         if reply.headers.get("content-type", "").startswith("text/event-stream"):
-            messages = [json.loads(line[5:]) for line in reply.text.splitlines() if line.startswith("data:")]
+            # A priming event (SEP-1699) has empty data.
+            lines = reply.text.splitlines()
+            messages = [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()]
             answer = next(m for m in messages if m.get("id") == self.next_id)
         else:
             answer = reply.json()

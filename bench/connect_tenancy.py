@@ -51,16 +51,18 @@ async def connect_session(url: str, data_dir: Path, source: Path | None) -> Asyn
             yield session
 
 
-async def task_runs(url: str, data_dir: Path, runs: int, source: Path | None) -> dict[str, float]:
-    """Medians of run_task -> terminal check_task: a new session, an owned short name, an owned full key."""
+async def task_runs(url: str, data_dir: Path, runs: int, source: Path | None, label: str) -> dict[str, float]:
+    """Medians of run_task -> terminal check_task: a new session, an owned short name, an owned full key (each
+    pass in gateway sessions of its own, ``label`` naming them, so that no pass continues a longer transcript)."""
     samples: dict[str, list[float]] = {"new session": [], "short name": [], "full key": []}
     async with connect_session(url, data_dir, source) as session:
-        first = await until_terminal(session, {"task": TASK, "sessionKey": "bench-thread"})
-        full_key = first["sessionKey"]
+        name_key = f"bench-{label}-name"
+        full_key = (await until_terminal(session, {"task": TASK, "sessionKey": f"bench-{label}-key"}))["sessionKey"]
+        await until_terminal(session, {"task": TASK, "sessionKey": name_key})
         for _ in range(runs):
             for name, extra in (
                 ("new session", {}),
-                ("short name", {"sessionKey": "bench-thread"}),
+                ("short name", {"sessionKey": name_key}),
                 ("full key", {"sessionKey": full_key}),
             ):
                 started = time.perf_counter()
@@ -140,8 +142,9 @@ async def bench(runs: int, calls: int, stored: int, baseline_src: Path | None) -
     try:
         with gateway(root) as url:
             direct = statistics.median(await direct_runs(url, runs))
-            checked = await task_runs(url, root / "checked", runs, None)
-            before = await task_runs(url, root / "baseline", runs, baseline_src) if baseline_src else None
+            # The baseline first, so that the checks never run on the warmer gateway.
+            before = await task_runs(url, root / "baseline", runs, baseline_src, "b") if baseline_src else None
+            checked = await task_runs(url, root / "checked", runs, None, "c")
         print(f"\nrun_task -> terminal check_task over stdio ({runs} runs each; medians)")
         print(f"  gateway chat.send -> final      {direct * 1e3:8.2f} ms")
         for name, value in checked.items():

@@ -136,6 +136,7 @@ _SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at_ms)",
     "CREATE INDEX IF NOT EXISTS jobs_caller ON jobs (caller, created_at_ms)",
     "CREATE INDEX IF NOT EXISTS jobs_session_caller ON jobs (session_key, caller, created_at_ms)",
+    "CREATE INDEX IF NOT EXISTS jobs_caller_session ON jobs (caller, session_key, created_at_ms)",
     """CREATE TABLE IF NOT EXISTS logs (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, session_key TEXT NOT NULL,
         idx INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, message TEXT NOT NULL,

@@ -126,6 +126,7 @@ def test_a_version_1_store_gets_its_caller_column(tmp_path: Path) -> None:
     db = sqlite3.connect(path)
     db.execute("DROP INDEX jobs_caller")
     db.execute("DROP INDEX jobs_session_caller")
+    db.execute("DROP INDEX jobs_caller_session")
     db.execute("DROP TABLE sessions")
     db.execute("ALTER TABLE jobs DROP COLUMN caller")
     record = (

@@ -5,7 +5,9 @@ API answer built from a record never reports state that a crash could lose. A re
 columns the supervisor queries; :class:`RunRecord` is the whole truth about a run.
 
 Schema versions: 1 had ``runs (installation, run_id, state, record)``; 2 adds ``accepted_at`` (filled from each
-record when a version-1 file is opened) and the indexes that serve :meth:`Ledger.page`.
+record when a version-1 file is opened); 3 adds ``seq``, the order of admission (1, 2, 3, … as runs are inserted;
+filled from the rows' insertion order when an older file is opened), and the indexes that serve
+:meth:`Ledger.page`.
 """
 
 from __future__ import annotations
@@ -94,12 +96,18 @@ class RunRecord:
 
 
 class Position(NamedTuple):
-    """A run's place in the listing order: newest ``accepted_at`` first, then installation, then run_id (each
-    descending, so that the order is total and deterministic)."""
+    """A run's place in the listing order: newest ``accepted_at`` first, and among runs accepted in the same second
+    the one admitted last first (``seq``, descending): the order is total and never changes."""
 
     accepted_at: str
-    installation: str
-    run_id: str
+    seq: int
+
+
+class Listed(NamedTuple):
+    """A run as a listing reads it: its place in the order and its record."""
+
+    position: Position
+    record: RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +119,18 @@ class Tombstone:
 
 
 #: The ledger's ``user_version``.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS runs (
         installation TEXT NOT NULL, run_id TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL,
-        accepted_at TEXT NOT NULL DEFAULT '',
+        accepted_at TEXT NOT NULL DEFAULT '', seq INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (installation, run_id))""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS runs_seq ON runs (seq)",
     # The listing's order: over all runs, within one installation, and within one state.
-    "CREATE INDEX IF NOT EXISTS runs_accepted ON runs (accepted_at, installation, run_id)",
-    "CREATE INDEX IF NOT EXISTS runs_installation_accepted ON runs (installation, accepted_at, run_id)",
-    "CREATE INDEX IF NOT EXISTS runs_state_accepted ON runs (state, accepted_at, installation, run_id)",
+    "CREATE INDEX IF NOT EXISTS runs_listing ON runs (accepted_at, seq)",
+    "CREATE INDEX IF NOT EXISTS runs_installation_listing ON runs (installation, accepted_at, seq)",
+    "CREATE INDEX IF NOT EXISTS runs_state_listing ON runs (state, accepted_at, seq)",
     """CREATE TABLE IF NOT EXISTS tombstones (
         installation TEXT NOT NULL, run_id TEXT NOT NULL, generation INTEGER NOT NULL, cancelled_at TEXT NOT NULL,
         PRIMARY KEY (installation, run_id))""",
@@ -141,7 +150,12 @@ def _migrate(db: sqlite3.Connection, found: int) -> None:
             db.execute(
                 "UPDATE runs SET accepted_at=? WHERE installation=? AND run_id=?", (accepted_at, installation, run_id)
             )
-        db.execute("DROP INDEX IF EXISTS runs_state")  # runs_state_accepted also leads with state
+        db.execute("DROP INDEX IF EXISTS runs_state")  # runs_state_listing also leads with state
+    if found < 3:
+        db.execute("ALTER TABLE runs ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
+        db.execute("UPDATE runs SET seq = rowid")  # no row was ever deleted: rowid is the order of insertion
+        for index in ("runs_accepted", "runs_installation_accepted", "runs_state_accepted"):
+            db.execute(f"DROP INDEX IF EXISTS {index}")
 
 
 class Ledger:
@@ -174,7 +188,8 @@ class Ledger:
 
     def insert(self, record: RunRecord) -> None:
         self._write(
-            "INSERT INTO runs (installation, run_id, state, record, accepted_at) VALUES (?,?,?,?,?)",
+            "INSERT INTO runs (installation, run_id, state, record, accepted_at, seq) "
+            "VALUES (?,?,?,?,?, (SELECT coalesce(max(seq), 0) + 1 FROM runs))",
             (record.installation, record.run_id, record.state, record.to_json(), record.accepted_at),
         )
 
@@ -212,7 +227,7 @@ class Ledger:
         state: State | None = None,
         after: Position | None = None,
         limit: int,
-    ) -> list[RunRecord]:
+    ) -> list[Listed]:
         """At most ``limit`` runs in listing order (see :class:`Position`) that match ``installation`` and
         ``state``, starting just after ``after``. Filters and the bound are both applied in SQL, on an index."""
         where: list[str] = []
@@ -224,14 +239,14 @@ class Ledger:
             where.append("state=?")
             params.append(state)
         if after is not None:
-            where.append("(accepted_at, installation, run_id) < (?,?,?)")
+            where.append("(accepted_at, seq) < (?,?)")
             params.extend(after)
         # Only these fixed clauses are joined in; every value is a bound parameter. One statement per combination
         # (rather than "? IS NULL OR …") lets SQLite pick the matching index.
         clause = " WHERE " + " AND ".join(where) if where else ""
-        sql = f"SELECT record FROM runs{clause} ORDER BY accepted_at DESC, installation DESC, run_id DESC LIMIT ?"  # noqa: S608
+        sql = f"SELECT record, accepted_at, seq FROM runs{clause} ORDER BY accepted_at DESC, seq DESC LIMIT ?"  # noqa: S608
         rows = self._query(sql, (*params, limit))
-        return [RunRecord.from_json(row[0]) for row in rows]
+        return [Listed(Position(str(row[1]), int(row[2])), RunRecord.from_json(row[0])) for row in rows]
 
     def count(self) -> int:
         return int(self._query("SELECT count(*) FROM runs", ())[0][0])
@@ -280,6 +295,7 @@ __all__ = [
     "TERMINAL",
     "Ledger",
     "LedgerError",
+    "Listed",
     "Position",
     "RunRecord",
     "State",

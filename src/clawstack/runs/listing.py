@@ -1,6 +1,6 @@
 """Listing runs, ``GET /v1/runs?installation=&state=&limit=&cursor=``: the query's rules and the page cursor.
 
-A listing is newest first by ``accepted_at``, ties broken by installation and then run_id (see
+A listing is newest first by ``accepted_at``, runs accepted in the same second in reverse order of admission (see
 :class:`~clawstack.runs.ledger.Position`). It is paged by keyset, never by offset: a page's ``next_cursor`` is the
 position of its last run, and the next page starts just after it, so runs admitted while a client pages through
 (newer, so ahead of every cursor) never shift or repeat the runs it has not read yet.
@@ -10,8 +10,9 @@ The query takes each of ``installation`` (``[a-z0-9][a-z0-9-]{0,63}``), ``state`
 (an unknown or repeated parameter, a bad value) is refused with ``request_invalid`` before the ledger is read.
 
 A cursor is opaque to clients. It is the URL-safe base64 (unpadded) of the compact JSON array
-``[accepted_at, installation, run_id]``; only the exact text this module issues is accepted back, so a cursor that
-was edited, truncated or built by hand is refused rather than silently read as another position.
+``[accepted_at, seq]`` (``seq``: the ledger's admission counter); only the exact text this module issues is accepted
+back, so a cursor that was edited, truncated or built by hand is refused rather than silently read as another
+position.
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ from dataclasses import dataclass
 from typing import Final, get_args
 
 from clawstack.common.clock import format_timestamp, parse_timestamp
-from clawstack.runs.backends.base import INSTALLATION, RUN_ID
+from clawstack.runs.backends.base import INSTALLATION
 from clawstack.runs.errors import RunsError
-from clawstack.runs.ledger import Position, RunRecord, State
+from clawstack.runs.ledger import Listed, Position, RunRecord, State
 
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 500
 STATES: Final[tuple[State, ...]] = get_args(State)
 PARAMETERS: Final = ("installation", "state", "limit", "cursor")
-#: The longest cursor this module issues is about 300 characters; anything much longer is not one of ours.
+#: The longest cursor this module issues is about 60 characters; anything much longer is not one of ours.
 MAX_CURSOR_CHARS: Final = 512
+MAX_SEQ: Final = 2**63 - 1
 _LIMIT: Final = re.compile(r"0*([1-9][0-9]{0,2})")  # an ASCII decimal integer from 1 to 999, leading zeros allowed
 _CURSOR: Final = re.compile(r"[A-Za-z0-9_-]+")
 _TIMESTAMP: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -94,13 +96,17 @@ def decode_cursor(cursor: str) -> Position:
         value = json.loads(raw.decode("ascii"))
     except (binascii.Error, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise refused from exc
-    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(part, str) for part in value)):
+    if not (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and type(value[1]) is int
+        and 1 <= value[1] <= MAX_SEQ
+    ):
         raise refused
-    position = Position(*value)
+    position = Position(value[0], value[1])
     if not (
         _is_timestamp(position.accepted_at)
-        and INSTALLATION.fullmatch(position.installation)
-        and RUN_ID.fullmatch(position.run_id)
         and encode_cursor(position) == cursor  # exactly the text we issue: no other spelling of a position
     ):
         raise refused
@@ -117,13 +123,13 @@ def _is_timestamp(text: str) -> bool:
         return False
 
 
-def split_page(records: Sequence[RunRecord], limit: int) -> tuple[Sequence[RunRecord], str | None]:
+def split_page(listed: Sequence[Listed], limit: int) -> tuple[list[RunRecord], str | None]:
     """A page read with ``limit + 1`` rows: its first ``limit`` runs, and a ``next_cursor`` only when the extra row
     shows that more runs follow (``None`` on the last page)."""
-    if len(records) <= limit:
+    records = [entry.record for entry in listed[:limit]]
+    if len(listed) <= limit:
         return records, None
-    last = records[limit - 1]
-    return records[:limit], encode_cursor(Position(last.accepted_at, last.installation, last.run_id))
+    return records, encode_cursor(listed[limit - 1].position)
 
 
 __all__ = [

@@ -16,15 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clawstack.runs.errors import RunsError
-from clawstack.runs.ledger import Ledger, Position, RunRecord
+from clawstack.runs.ledger import Ledger, Listed, Position, RunRecord
 from clawstack.runs.listing import ListQuery, decode_cursor, encode_cursor, parse_query, split_page
 
 # The spec's words, written out again here rather than imported: the test must fail if the code drifts from them.
 INSTALLATION = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 STATES = ("accepted", "running", "revoking", "revoked", "stopped", "failed")
 NAMES = ("installation", "state", "limit", "cursor")
-A_CURSOR = encode_cursor(Position("2026-01-01T00:00:00Z", "acme", "r-1"))
+A_CURSOR = encode_cursor(Position("2026-01-01T00:00:00Z", 17))
 
 
 def make_record(run_id: str, *, installation: str = "acme", state: str = "stopped", accepted_at: str) -> RunRecord:
@@ -54,7 +53,7 @@ def refused(pairs: list[tuple[str, str]]) -> RunsError:
 def test_defaults_and_every_parameter() -> None:
     assert parse_query([]) == ListQuery(installation=None, state=None, limit=100, after=None)
     query = parse_query([("installation", "acme-2"), ("state", "failed"), ("limit", "500"), ("cursor", A_CURSOR)])
-    assert query == ListQuery("acme-2", "failed", 500, Position("2026-01-01T00:00:00Z", "acme", "r-1"))
+    assert query == ListQuery("acme-2", "failed", 500, Position("2026-01-01T00:00:00Z", 17))
     assert parse_query([("limit", "1")]).limit == 1
     assert parse_query([("limit", "007")]).limit == 7  # a decimal integer, whatever its leading zeros
     for state in STATES:
@@ -106,16 +105,21 @@ def b64(raw: bytes) -> str:
 @pytest.mark.parametrize(
     "payload",
     [
-        b'["2026-01-01T00:00:00Z","acme"]',
-        b'["2026-01-01T00:00:00Z","acme","r-1","x"]',
-        b'{"accepted_at":"2026-01-01T00:00:00Z","installation":"acme","run_id":"r-1"}',
-        b'["2026-01-01T00:00:00Z","Acme","r-1"]',
-        b'["2026-01-01T00:00:00Z","acme","r/1"]',
-        b'["2026-01-01 00:00:00Z","acme","r-1"]',
-        b'["2026-02-30T00:00:00Z","acme","r-1"]',
-        b'["2026-01-01T00:00:00+00:00","acme","r-1"]',
-        b'["2026-01-01T00:00:00Z", "acme", "r-1"]',  # not the spelling this listing issues
-        b'["2026-01-01T00:00:00Z","acme",1]',
+        b'["2026-01-01T00:00:00Z"]',
+        b'["2026-01-01T00:00:00Z",1,"x"]',
+        b'{"accepted_at":"2026-01-01T00:00:00Z","seq":1}',
+        b'["2026-01-01T00:00:00Z","acme","r-1"]',  # the shape of an older listing's cursor
+        b'["2026-01-01T00:00:00Z","1"]',
+        b'["2026-01-01T00:00:00Z",0]',
+        b'["2026-01-01T00:00:00Z",-3]',
+        b'["2026-01-01T00:00:00Z",1.0]',
+        b'["2026-01-01T00:00:00Z",true]',
+        b'["2026-01-01T00:00:00Z",9223372036854775808]',
+        b'["2026-01-01 00:00:00Z",1]',
+        b'["2026-02-30T00:00:00Z",1]',
+        b'["2026-01-01T00:00:00+00:00",1]',
+        b'["2026-01-01T00:00:00Z", 1]',  # not the spelling this listing issues
+        b'["2026-01-01T00:00:00Z",01]',
         b"\xff\xfe",
         b"null",
     ],
@@ -125,7 +129,7 @@ def test_cursors_not_issued_by_the_listing_are_refused(payload: bytes) -> None:
 
 
 def test_a_cursor_is_opaque_and_round_trips() -> None:
-    position = Position("2026-11-10T21:30:00Z", "a" * 64, "R" * 128)
+    position = Position("2026-11-10T21:30:00Z", 2**63 - 1)
     cursor = encode_cursor(position)
     assert re.fullmatch(r"[A-Za-z0-9_-]+", cursor)
     assert len(cursor) <= 512
@@ -171,7 +175,7 @@ def well_formed(pairs: list[tuple[str, str]], query: ListQuery) -> bool:
         position = query.after
         if position is None or encode_cursor(position) != given_["cursor"]:
             return False
-        if not (INSTALLATION.fullmatch(position.installation) and RUN_ID.fullmatch(position.run_id)):
+        if not (type(position.seq) is int and 1 <= position.seq < 2**63):
             return False
         if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", position.accepted_at):
             return False
@@ -193,11 +197,12 @@ def test_no_malformed_query_is_accepted(pairs: list[tuple[str, str]]) -> None:
 
 def test_split_page_gives_a_cursor_only_when_more_follow() -> None:
     records = [make_record(f"r{i}", accepted_at="2026-01-01T00:00:00Z") for i in range(4)]
-    assert split_page(records[:3], 3) == (records[:3], None)
-    page, cursor = split_page(records, 3)
+    listed = [Listed(Position("2026-01-01T00:00:00Z", 10 - i), record) for i, record in enumerate(records)]
+    assert split_page(listed[:3], 3) == (records[:3], None)
+    page, cursor = split_page(listed, 3)
     assert page == records[:3]
     assert cursor is not None
-    assert decode_cursor(cursor) == Position("2026-01-01T00:00:00Z", "acme", "r2")
+    assert decode_cursor(cursor) == Position("2026-01-01T00:00:00Z", 8)
 
 
 def test_the_ledger_pages_newest_first_with_ties_and_filters(tmp_path: Path) -> None:
@@ -215,9 +220,10 @@ def test_the_ledger_pages_newest_first_with_ties_and_filters(tmp_path: Path) -> 
     ]
     for record in records:
         ledger.insert(record)
+    admitted = {record.run_id: n for n, record in enumerate(records)}
 
-    def order(record: RunRecord) -> tuple[str, str, str]:
-        return record.accepted_at, record.installation, record.run_id
+    def order(record: RunRecord) -> tuple[str, int]:
+        return record.accepted_at, admitted[record.run_id]
 
     for installation in (None, "acme", "c"):
         for state in (None, "failed", "running"):
@@ -230,10 +236,10 @@ def test_the_ledger_pages_newest_first_with_ties_and_filters(tmp_path: Path) -> 
             after: Position | None = None
             while True:
                 page = ledger.page(installation=installation, state=state, after=after, limit=7)
-                seen.extend(page)
+                seen.extend(entry.record for entry in page)
                 if len(page) < 7:
                     break
-                after = Position(*order(page[-1]))
+                after = page[-1].position
             assert [order(r) for r in seen] == [order(r) for r in expected]
     ledger.close()
 
@@ -279,15 +285,16 @@ def test_a_version_1_ledger_is_migrated_in_place_and_lists_its_runs(tmp_path: Pa
         assert ledger.get("acme", "old-a") == old[0]
         assert [r.run_id for r in ledger.unfinished()] == ["old-c"]
         assert ledger.tombstoned("acme", "gone") is not None
-        assert [r.run_id for r in ledger.page(limit=10)] == ["old-c", "old-b", "old-a"]  # a tie: installation desc
-        assert [r.run_id for r in ledger.page(state="failed", limit=10)] == ["old-a"]
+        listed = [entry.record.run_id for entry in ledger.page(limit=10)]
+        assert listed == ["old-c", "old-b", "old-a"]  # a tie: the one admitted last first
+        assert [entry.record.run_id for entry in ledger.page(state="failed", limit=10)] == ["old-a"]
         ledger.insert(make_record("new", accepted_at="2026-01-01T00:00:00Z"))
-        assert [r.run_id for r in ledger.page(limit=1)] == ["new"]
+        assert [entry.record.run_id for entry in ledger.page(limit=1)] == ["new"]
     finally:
         ledger.close()
     db = sqlite3.connect(runs_dir / "ledger.sqlite3")
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 3
         filled: dict[Any, Any] = dict(db.execute("SELECT run_id, accepted_at FROM runs").fetchall())
         assert filled == {
             "old-a": "2025-06-01T10:00:00Z",
@@ -295,14 +302,15 @@ def test_a_version_1_ledger_is_migrated_in_place_and_lists_its_runs(tmp_path: Pa
             "old-c": "2025-06-02T10:00:00Z",
             "new": "2026-01-01T00:00:00Z",
         }
-        plan = db.execute(
-            "EXPLAIN QUERY PLAN SELECT record FROM runs ORDER BY accepted_at DESC, installation DESC, run_id DESC"
-        ).fetchall()
+        plan = db.execute("EXPLAIN QUERY PLAN SELECT record FROM runs ORDER BY accepted_at DESC, seq DESC").fetchall()
         assert "USING INDEX" in str(plan)
         assert "TEMP B-TREE" not in str(plan)
     finally:
         db.close()
-    again = Ledger(runs_dir)  # a second open finds version 2 and migrates nothing
+    assert [
+        row[0] for row in sqlite3.connect(runs_dir / "ledger.sqlite3").execute("SELECT seq FROM runs ORDER BY seq")
+    ] == [1, 2, 3, 4]
+    again = Ledger(runs_dir)  # a second open finds version 3 and migrates nothing
     again.open()
     assert again.count() == 4
     again.close()

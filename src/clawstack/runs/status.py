@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clawstack.runs.ledger import RunRecord
+from clawstack.runs.ledger import RunRecord, Tombstone
 
 
 def run_status(record: RunRecord) -> dict[str, Any]:
@@ -54,10 +54,45 @@ def run_status(record: RunRecord) -> dict[str, Any]:
     return body
 
 
+def tombstone_status(stone: Tombstone) -> dict[str, Any]:
+    """The status of a key that was cancelled before any launch was accepted (a tombstone): every field a run's
+    status has, ``state`` null (no run exists), ``cancelled`` true, nothing spent or started, and ``tombstone``
+    true."""
+    return {
+        "installation": stone.installation,
+        "run_id": stone.run_id,
+        "generation": stone.generation,
+        "state": None,
+        "cancelled": True,
+        "spec_digest": None,
+        "template": None,
+        "template_id": None,
+        "models": [],
+        "run_agent_id": None,
+        "revoked": False,
+        "revocation_proof": None,
+        "exit_code": None,
+        "failure": None,
+        "failure_detail": None,
+        "result": None,
+        "credential": "none",
+        "callbacks": {"start": "skipped", "end": "skipped"},
+        "deadline": None,
+        "authority_expires_at": None,
+        "accepted_at": None,
+        "started_at": None,
+        "exited_at": None,
+        "ended_at": None,
+        "pending": None,
+        "isolation": None,
+        "tombstone": True,
+    }
+
+
 def _isolation(recorded: dict[str, Any] | str | None) -> dict[str, Any] | None:
     if isinstance(recorded, str):  # an older ledger recorded the mechanism alone, always under the local backend
         return {"backend": "local", "mechanism": recorded, "enforced": []}
     return recorded
 
 
-__all__ = ["run_status"]
+__all__ = ["run_status", "tombstone_status"]

@@ -48,7 +48,7 @@ from clawstack.runs.ledger import ORDER, Ledger, RunRecord
 from clawstack.runs.lifecycle import RunDriver
 from clawstack.runs.listing import parse_query, split_page
 from clawstack.runs.proxylink import IDENTITY_GRACE, ProxyLink, identity_expiry
-from clawstack.runs.status import run_status
+from clawstack.runs.status import run_status, tombstone_status
 from clawstack.runs.subnets import BASE_ENV as SUBNET_BASE_ENV
 from clawstack.runs.subnets import allocate, parse_base
 
@@ -379,17 +379,7 @@ class Supervisor:
             record = self.ledger.get(installation, run_id)
             if record is None:
                 stone = self.ledger.tombstone(installation, run_id, generation, format_timestamp(self.clock.now()))
-                return Answer(
-                    200,
-                    {
-                        "installation": installation,
-                        "run_id": run_id,
-                        "generation": stone.generation,
-                        "state": None,
-                        "cancelled": True,
-                        "tombstone": True,
-                    },
-                )
+                return Answer(200, tombstone_status(stone))
             if generation < record.generation:
                 raise RunsError("stale_generation", "the generation is below the one already recorded")
             if not record.cancelled and not record.terminal:

@@ -175,9 +175,19 @@ async def test_digest_mismatch_generation_and_cancel_tombstones(stack: RunsStack
     again = await launch(stack, bumped)
     assert (again[0], again[1]["error"]["code"]) == (409, "cancelled")
     # An unknown key is tombstoned: a later launch of it is refused, whatever its generation.
-    stone = await stack.call("POST", "/v1/runs/acme/never/cancel", {"generation": 1})
+    stone = await stack.call("POST", "/v1/runs/acme/never/cancel?wait=stopped&timeout=5s", {"generation": 1})
     assert stone.status == 200
-    assert stone.json()["tombstone"] is True
+    body = stone.json()
+    assert set(body) >= set(final) - {"capture_epoch", "capture_epoch_observed_at"}  # the status shape
+    assert (body["installation"], body["run_id"], body["generation"]) == ("acme", "never", 1)
+    assert (body["state"], body["cancelled"], body["tombstone"]) == (None, True, True)
+    assert (body["revoked"], body["credential"], body["callbacks"]) == (
+        False,
+        "none",
+        {"start": "skipped", "end": "skipped"},
+    )
+    again_stone = await stack.call("POST", "/v1/runs/acme/never/cancel", {"generation": 5})
+    assert again_stone.json() == body  # idempotent: the first tombstone's generation stays
     refused = await launch(stack, {**stack.launch_body("never"), "generation": 9})
     assert (refused[0], refused[1]["error"]["code"]) == (409, "cancelled")
 

@@ -170,10 +170,7 @@ def check_grant(launch: Launch, template: dict[str, Any], now: datetime) -> tupl
     runtime = launch.spec.get("max_runtime_seconds", limits["max_runtime_seconds"])
     if runtime > limits["max_runtime_seconds"]:
         raise RunsError("grant_exceeded", f"max_runtime_seconds exceeds the template's {limits['max_runtime_seconds']}")
-    if launch.authority_expires_at > now + timedelta(seconds=limits["max_authority_seconds"]):
-        raise RunsError("grant_exceeded", "authority_expires_at is beyond the template's max-authority")
-    if launch.authority_expires_at <= now:
-        raise RunsError("request_invalid", "authority_expires_at is in the past")
+    check_authority(launch.authority_expires_at, now, limits["max_authority_seconds"])
     if len(launch.spec["task"].encode()) > limits["max_task_bytes"]:
         raise RunsError("grant_exceeded", f"the task is larger than the template's {limits['max_task_bytes']} bytes")
     if template.get("profile") == "task_home" and "home" not in launch.spec:
@@ -183,9 +180,19 @@ def check_grant(launch: Launch, template: dict[str, Any], now: datetime) -> tupl
     return list(tools), int(runtime)
 
 
+def check_authority(expires_at: datetime, now: datetime, max_authority_seconds: int) -> None:
+    """An ``authority_expires_at`` a launch or a credential replacement may set: in the future (else
+    ``request_invalid``) and no further than the template's max-authority (else ``grant_exceeded``)."""
+    if expires_at > now + timedelta(seconds=max_authority_seconds):
+        raise RunsError("grant_exceeded", "authority_expires_at is beyond the template's max-authority")
+    if expires_at <= now:
+        raise RunsError("request_invalid", "authority_expires_at is in the past")
+
+
 __all__ = [
     "MAX_BODY_BYTES",
     "Launch",
+    "check_authority",
     "check_grant",
     "check_installation",
     "check_key",

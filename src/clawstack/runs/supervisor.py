@@ -30,6 +30,7 @@ from clawstack.pod.lock import PodLock
 from clawstack.proxy.errors import ProxyError
 from clawstack.runs.admission import (
     Launch,
+    check_authority,
     check_grant,
     check_key,
     check_supported,
@@ -407,9 +408,7 @@ class Supervisor:
             changes: dict[str, Any] = {"credential": "held", "generation": generation}
             if "authority_expires_at" in body:
                 expires = parse_time(body["authority_expires_at"], "authority_expires_at")
-                template = self.template_for(record)
-                if (expires - self.clock.now()).total_seconds() > template["limits"]["max_authority_seconds"]:
-                    raise RunsError("grant_exceeded", "authority_expires_at is beyond the template's max-authority")
+                check_authority(expires, self.clock.now(), self.template_for(record)["limits"]["max_authority_seconds"])
                 await self._move_identity_expiry(record, self.identity_expiry(expires))
                 changes["authority_expires_at"] = format_timestamp(expires)
             self.files.store_credential(record, body["credential"])

@@ -276,6 +276,16 @@ async def test_credential_replacement_and_a_lost_credential(stack: RunsStack) ->
             {"generation": 1, "credential": "t3", "authority_expires_at": "2099-01-01T00:00:00Z"},
         )
         assert (too_far.status, too_far.json()["error"]["code"]) == (422, "grant_exceeded")
+        before = (await stack.call("GET", "/v1/runs/acme/cred")).json()
+        for past in ("2001-01-01T00:00:00Z", before["accepted_at"]):
+            expired = await stack.call(
+                "POST",
+                "/v1/runs/acme/cred/credential",
+                {"generation": 1, "credential": "t3", "authority_expires_at": past},
+            )
+            assert (expired.status, expired.json()["error"]["code"]) == (400, "request_invalid"), expired.body
+        after = (await stack.call("GET", "/v1/runs/acme/cred")).json()
+        assert after["authority_expires_at"] == before["authority_expires_at"]  # refused: nothing changed
         # A lost credential is recovered by repeating the launch with a reissued one: the same run, one worker.
         again = (await stack.call("POST", "/v1/runs", {**launch, "credential": "t4"})).json()
         assert again["accepted_at"] == first["accepted_at"]

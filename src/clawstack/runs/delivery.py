@@ -1,7 +1,9 @@
 """When the supervisor sends a run's callbacks: one follower task per run, so that they go out in order.
 
-A run's follower sends ``start`` once a worker was asked to start, then a ``heartbeat`` every ``heartbeat_s``
-while the run is ``running``, then ``end`` once the run is terminal (never after a cancel). Because one task does
+A run's follower sends ``start`` once a worker actually ran (the run reached ``running``: it has a
+``started_at``), then a ``heartbeat`` every ``heartbeat_s`` while the run is ``running``, then ``end`` once the run
+is terminal (never after a cancel). A run whose worker never started (a ``spawn_error``) gets no ``start``, only
+its ``end``. Because one task does
 all three, ``start`` is always resolved before ``end``, and a heartbeat never follows the end. A follower is
 started when a credential arrives (launch, credential replacement) and, after a restart, for every run that still
 owes a callback, so a restarted supervisor keeps a running run's heartbeats going and delivers a ``start`` that
@@ -30,11 +32,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def worker_ran(record: RunRecord) -> bool:
+    """Whether the run's worker actually ran: the run reached ``running`` (a ``start`` is owed before ``end``)."""
+    return record.started_at is not None
+
+
 def owes_callbacks(record: RunRecord) -> bool:
     """Whether the run still owes the orchestrator a callback."""
     if record.credential != "held" or record.authority_ended:
         return False
-    if record.spawned and record.callbacks.get("start") == "skipped":
+    if worker_ran(record) and record.callbacks.get("start") == "skipped":
         return True
     if not record.terminal:
         return True
@@ -78,10 +85,10 @@ class CallbackDelivery:
 
     async def _follow(self, key: tuple[str, str]) -> None:
         record = self.sup.record(key)
-        while not record.spawned and not record.terminal:
+        while not worker_ran(record) and not record.terminal:
             await self.sup.wait_for_change(key)
             record = self.sup.record(key)
-        if record.spawned and record.callbacks.get("start") == "skipped" and not await self._deliver(key, "start"):
+        if worker_ran(record) and record.callbacks.get("start") == "skipped" and not await self._deliver(key, "start"):
             return
         next_beat = self.clock.monotonic() + self.heartbeat_s
         record = self.sup.record(key)
@@ -152,4 +159,4 @@ class CallbackDelivery:
         )
 
 
-__all__ = ["CallbackDelivery", "owes_callbacks"]
+__all__ = ["CallbackDelivery", "owes_callbacks", "worker_ran"]

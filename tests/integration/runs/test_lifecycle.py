@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from clawstack.common.clock import SystemClock
+from clawstack.common.errors import ClawError
 from clawstack.common.uds import AsyncUnixClient
 from clawstack.pod.artifacts import PodPaths
 from clawstack.runs.backends.base import RunLabels
@@ -256,6 +257,37 @@ async def test_a_model_failure_is_exit_nonzero_with_no_result(stack: RunsStack) 
     assert done["revoked"] is True
     missing = await stack.call("GET", "/v1/runs/acme/broken/result")
     assert (missing.status, missing.json()["error"]["code"]) == (409, "result_unavailable")
+
+
+async def test_a_run_whose_worker_never_started_gets_an_end_and_no_start(
+    stack: RunsStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    orchestrator = Orchestrator()
+    runner, origin = await start_orchestrator(orchestrator)
+    try:
+        await stack.restart(callback_origin=origin, heartbeat_s=3600)
+
+        async def refuse(spec: object) -> None:
+            raise ClawError("the sandbox cannot start", code="spawn_failed")
+
+        monkeypatch.setattr(stack.supervisor.backend, "spawn", refuse)
+        body = {**stack.launch_body("nostart", "@fake reply: never"), "credential": "orchestrator-token-2"}
+        await stack.call("POST", "/v1/runs", body)
+        final = await wait_state(stack, "nostart", "failed")
+        assert (final["failure"], final["started_at"]) == ("spawn_error", None)
+
+        async def ended() -> bool:
+            status = (await stack.call("GET", "/v1/runs/acme/nostart")).json()
+            return bool(status["callbacks"]["end"] == "acked")
+
+        await eventually(ended, what="the end callback")
+        kinds = [path.rsplit("/", 1)[1] for path, _, _ in orchestrator.calls]
+        assert kinds == ["end"], kinds
+        assert (orchestrator.calls[0][2]["outcome"], orchestrator.calls[0][2]["reason"]) == ("failed", "spawn_error")
+        status = (await stack.call("GET", "/v1/runs/acme/nostart")).json()
+        assert status["callbacks"] == {"start": "skipped", "end": "acked"}
+    finally:
+        await runner.cleanup()
 
 
 async def test_credential_replacement_and_a_lost_credential(stack: RunsStack) -> None:

@@ -1,9 +1,8 @@
 """When the supervisor sends a run's callbacks: one follower task per run, so that they go out in order.
 
-A run's follower sends ``start`` once a worker actually ran (the run reached ``running``: it has a
-``started_at``), then a ``heartbeat`` every ``heartbeat_s`` while the run is ``running``, then ``end`` once the run
-is terminal (never after a cancel). A run whose worker never started (a ``spawn_error``) gets no ``start``, only
-its ``end``. Because one task does
+A run's follower sends ``start`` once the run left ``accepted`` with a worker that ran (see :func:`worker_ran`),
+then a ``heartbeat`` every ``heartbeat_s`` while the run is ``running``, then ``end`` once the run is terminal
+(never after a cancel). A run whose worker never started (a ``spawn_error``) gets no ``start``, only its ``end``. Because one task does
 all three, ``start`` is always resolved before ``end``, and a heartbeat never follows the end. A follower is
 started when a credential arrives (launch, credential replacement) and, after a restart, for every run that still
 owes a callback, so a restarted supervisor keeps a running run's heartbeats going and delivers a ``start`` that
@@ -20,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from clawstack.common.clock import Clock
 from clawstack.runs.callbacks import CallbackKind, CallbackSender, end_body, run_body
@@ -32,9 +31,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+NEVER_STARTED: Final = frozenset({"spawn_error", "mismatch"})
+"""The failures of a spawn that started no worker."""
+
+
 def worker_ran(record: RunRecord) -> bool:
-    """Whether the run's worker actually ran: the run reached ``running`` (a ``start`` is owed before ``end``)."""
-    return record.started_at is not None
+    """Whether the run's worker (may have) run, so that a ``start`` is owed before ``end``: the run reached
+    ``running``; or a worker was asked to start and the run left ``accepted`` otherwise than by a spawn that
+    started nothing (a supervisor that crashed after asking cannot know that the worker did not run)."""
+    if record.started_at is not None:
+        return True
+    return record.spawned and record.state != "accepted" and record.failure not in NEVER_STARTED
 
 
 def owes_callbacks(record: RunRecord) -> bool:
@@ -85,7 +92,7 @@ class CallbackDelivery:
 
     async def _follow(self, key: tuple[str, str]) -> None:
         record = self.sup.record(key)
-        while not worker_ran(record) and not record.terminal:
+        while record.state == "accepted":  # until the spawn is resolved, one way or the other
             await self.sup.wait_for_change(key)
             record = self.sup.record(key)
         if worker_ran(record) and record.callbacks.get("start") == "skipped" and not await self._deliver(key, "start"):

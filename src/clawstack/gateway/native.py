@@ -227,6 +227,9 @@ class NativeChildren:
                 status="forbidden",
             )
         model, warning = self._child_model(parent, target, request.model)
+        if warning is not None and plugin is not None:
+            # The plugin facade checks its model policy first; a model it let through must run as asked or not at all.
+            raise SpawnRefusedError(f"model {json.dumps(request.model)} is not configured", status="forbidden")
         if request.run_timeout_s is None:
             timeout_s = float(limits.run_timeout_seconds)
         else:
@@ -341,7 +344,8 @@ class NativeChildren:
         return target
 
     def _child_model(self, parent: Parent, target: str, requested: str | None) -> tuple[str, str | None]:
-        """The child's model, and a warning when a requested one was skipped (it runs on the default then)."""
+        """The child's model, and a warning when a requested one was skipped (a model-facing ``sessions_spawn`` runs
+        on the default then; a plugin's spawn is refused instead)."""
         default = (
             parent.model if target == parent.agent_id and parent.model else self._config.agent_model(target).primary
         )

@@ -28,13 +28,13 @@ rule of which scope grants which.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from clawstack.common import strictjson
 from clawstack.gateway.errors import GatewayError
 
 __all__ = [
@@ -44,8 +44,10 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD",
     "DEFAULT_TICK_INTERVAL_MS",
     "EVENTS",
+    "MAX_FRAME_DEPTH",
     "METHOD_SCOPES",
     "OPERATOR_SCOPES",
+    "PREAUTH_MAX_PAYLOAD",
     "PROTOCOL_VERSION",
     "SCOPED_CLIENTS",
     "ChannelIdentityParams",
@@ -84,6 +86,15 @@ PROTOCOL_VERSION: Final = 4
 
 #: ``policy.maxPayload``: the largest frame accepted, in bytes (OpenClaw's value).
 DEFAULT_MAX_PAYLOAD: Final = 25 * 1024 * 1024
+
+#: The largest frame accepted before the handshake has succeeded, in bytes (OpenClaw's ``MAX_PREAUTH_PAYLOAD_BYTES``).
+#: A ``connect`` request is a few hundred bytes; the cap keeps an unauthenticated peer from making the gateway
+#: buffer ``maxPayload``.
+PREAUTH_MAX_PAYLOAD: Final = 64 * 1024
+
+#: How deeply arrays and objects may nest in any frame, before or after the handshake. The deepest legitimate
+#: request (``chat.send`` params, a ``connect`` with its ``client`` and ``auth``) nests three levels.
+MAX_FRAME_DEPTH: Final = 64
 
 #: ``policy.maxBufferedBytes``: how much unsent output a connection may hold before it is closed as too slow.
 DEFAULT_MAX_BUFFERED_BYTES: Final = 50 * 1024 * 1024
@@ -182,12 +193,18 @@ class RequestFrame:
     params: object
 
 
-def parse_request_frame(text: str | bytes) -> RequestFrame:
-    """Parse one incoming frame; raise :class:`FrameError` (``INVALID_REQUEST``) unless it is a ``req`` frame."""
+def parse_request_frame(text: str | bytes, *, max_bytes: int = DEFAULT_MAX_PAYLOAD) -> RequestFrame:
+    """Parse one incoming frame; raise :class:`FrameError` (``INVALID_REQUEST``) unless it is a ``req`` frame.
+
+    The frame is parsed strictly (:mod:`clawstack.common.strictjson`): at most ``max_bytes`` of UTF-8, nested at
+    most :data:`MAX_FRAME_DEPTH` deep (checked before decoding), no duplicate keys, lone surrogates, ``NaN`` or
+    integers beyond ±(2^53−1). Problems are named without quoting the frame's values.
+    """
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     try:
-        frame = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
-        raise FrameError("not JSON") from None
+        frame = strictjson.loads(data, max_bytes=max_bytes, max_depth=MAX_FRAME_DEPTH)
+    except strictjson.StrictJSONError as exc:
+        raise FrameError(_json_problem(exc, max_bytes)) from None
     if not isinstance(frame, dict):
         raise FrameError("must be object")
     raw_id = frame.get("id")
@@ -203,6 +220,17 @@ def parse_request_frame(text: str | bytes) -> RequestFrame:
     if unexpected:
         raise FrameError(f"at root: unexpected property {unexpected[0]!r}", frame_id)
     return RequestFrame(frame_id, method, frame.get("params", {}))
+
+
+def _json_problem(exc: strictjson.StrictJSONError, max_bytes: int) -> str:
+    """What is wrong with a frame the strict parser refused, in :class:`FrameError`'s words."""
+    if exc.code == "json_too_large":
+        return f"larger than {max_bytes} bytes"
+    if exc.code == "json_too_deep":
+        return f"nested deeper than {MAX_FRAME_DEPTH} levels"
+    if exc.code in ("json_syntax", "json_invalid_utf8"):
+        return "not JSON"
+    return exc.message  # duplicate key (named, truncated), lone surrogate, integer range, NaN / Infinity
 
 
 def response_ok(frame_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:

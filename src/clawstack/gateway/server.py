@@ -49,6 +49,7 @@ from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.custody import ChildStore
 from clawstack.gateway.dispatch import ChannelOutbox
 from clawstack.gateway.errors import GatewayError
+from clawstack.gateway.frames import MAX_FRAME_OVERHEAD, PreHandshakeBudget
 from clawstack.gateway.http_routes import HttpRoutes
 from clawstack.gateway.keys import main_key
 from clawstack.gateway.lanes import Lanes
@@ -72,6 +73,7 @@ from clawstack.gateway.protocol import (
     DEFAULT_TICK_INTERVAL_MS,
     EVENTS,
     METHOD_SCOPES,
+    PREAUTH_MAX_PAYLOAD,
     PROTOCOL_VERSION,
     ConnectParams,
     FrameError,
@@ -90,7 +92,7 @@ from clawstack.gateway.runner import GatewayRuns
 from clawstack.gateway.session_tools import session_tools
 from clawstack.gateway.sessions import SessionStore
 from clawstack.gateway.tools import ToolRegistry
-from clawstack.gateway.workspace_tools import workspace_tools
+from clawstack.gateway.workspace_tools import exec_limits, workspace_tools
 from clawstack.sandbox import Sandbox
 
 __all__ = ["DEFAULT_HANDSHAKE_TIMEOUT_S", "GatewayServer", "ServerState"]
@@ -352,7 +354,7 @@ class GatewayServer:
                     skip_optional=agent.skip_optional_bootstrap_files,
                 )
             for tool in [
-                *workspace_tools(sandbox=Sandbox()),
+                *workspace_tools(sandbox=Sandbox(), limits=exec_limits(self._config.tools.exec)),
                 *session_tools(store, runs, self._natives, visibility=self._config.tools.sessions.visibility),
             ]:
                 self._registry.register(tool)
@@ -441,7 +443,12 @@ class GatewayServer:
     # -- connections ---------------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(max_msg_size=self._max_payload, timeout=_CLOSE_TIMEOUT_S)
+        # No compression: OpenClaw offers none, and it would let a few wire bytes expand past the handshake budget.
+        ws = web.WebSocketResponse(max_msg_size=self._max_payload, timeout=_CLOSE_TIMEOUT_S, compress=False)
+        transport = request.transport
+        budget = None
+        if transport is not None:  # None only when the peer is already gone; prepare() then fails
+            budget = PreHandshakeBudget.install(transport, PREAUTH_MAX_PAYLOAD + MAX_FRAME_OVERHEAD)
         await ws.prepare(request)
         if self._state is not ServerState.RUNNING:
             await ws.close(code=_CLOSE_RESTART, message=b"service restart")
@@ -458,7 +465,7 @@ class GatewayServer:
                     None,
                 )
             )
-            if await self._handshake(conn):
+            if await self._handshake(conn, budget):
                 ticker = asyncio.create_task(self._tick(conn))
                 async for msg in ws:
                     if msg.type is WSMsgType.TEXT:
@@ -475,27 +482,57 @@ class GatewayServer:
             await asyncio.wait((writer,))
         return ws
 
-    async def _handshake(self, conn: _Connection) -> bool:
-        """Read and answer ``connect``; ``True`` once the connection is authenticated, else it is closing."""
+    async def _first_frame(self, conn: _Connection, budget: PreHandshakeBudget | None) -> str | None:
+        """The text of the first frame, or ``None`` after answering a bad one (the connection is then closing).
+
+        Raises ``TimeoutError`` when none arrives within the handshake timeout.
+        """
+        receive = asyncio.ensure_future(conn.ws.receive())
+        waits: set[asyncio.Future[Any]] = {receive}
+        if budget is not None:
+            waits.add(asyncio.ensure_future(budget.exceeded.wait()))
         try:
             async with asyncio.timeout(self._handshake_timeout_s):
-                msg = await conn.ws.receive()
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.wait(waits)
+        if budget is not None and budget.exceeded.is_set():
+            self._refuse_frame(conn, None, FrameError(f"larger than {PREAUTH_MAX_PAYLOAD} bytes"))
+            return None
+        msg = receive.result()
+        if msg.type is WSMsgType.TEXT:
+            return str(msg.data)
+        if msg.type is WSMsgType.BINARY:
+            self._refuse_frame(conn, None, FrameError("binary"))
+        else:
+            conn.close(_CLOSE_POLICY, "invalid handshake")
+        return None
+
+    @staticmethod
+    def _refuse_frame(conn: _Connection, frame_id: str | None, error: ProtocolError) -> None:
+        """Answer a frame that cannot start a handshake and close the socket (1008)."""
+        conn.send(response_error(frame_id, error))
+        conn.close(_CLOSE_POLICY, "invalid handshake")
+
+    async def _handshake(self, conn: _Connection, budget: PreHandshakeBudget | None) -> bool:
+        """Read and answer ``connect``; ``True`` once the connection is authenticated, else it is closing."""
+        try:
+            text = await self._first_frame(conn, budget)
         except TimeoutError:
             conn.close(_CLOSE_POLICY, "handshake timeout")
             return False
-        if msg.type is not WSMsgType.TEXT:
-            conn.close(_CLOSE_POLICY, "invalid handshake")
+        if text is None:
             return False
         try:
-            frame = parse_request_frame(msg.data)
+            frame = parse_request_frame(text, max_bytes=PREAUTH_MAX_PAYLOAD)
         except FrameError as exc:
-            conn.send(response_error(exc.frame_id, exc))
-            conn.close(_CLOSE_POLICY, "invalid handshake")
+            self._refuse_frame(conn, exc.frame_id, exc)
             return False
         if frame.method != "connect":
             error = ProtocolError("INVALID_REQUEST", "invalid handshake: first request must be connect")
-            conn.send(response_error(frame.id, error))
-            conn.close(_CLOSE_POLICY, "invalid handshake")
+            self._refuse_frame(conn, frame.id, error)
             return False
         try:
             params = parse_params(ConnectParams, "connect", frame.params)
@@ -514,6 +551,10 @@ class GatewayServer:
         if auth_error is not None:
             conn.send(response_error(frame.id, auth_error))
             conn.close(_CLOSE_POLICY, "unauthorized")
+            return False
+        if budget is not None and not budget.release():
+            # More arrived behind connect than the budget allows; those bytes were not read, so the stream is lost.
+            self._refuse_frame(conn, frame.id, FrameError(f"larger than {PREAUTH_MAX_PAYLOAD} bytes"))
             return False
         conn.scopes = granted_scopes(params)
         conn.connected = True
@@ -587,7 +628,11 @@ class GatewayServer:
 
     async def _dispatch(self, conn: _Connection, text: str) -> None:
         try:
-            frame = parse_request_frame(text)
+            if len(text) > PREAUTH_MAX_PAYLOAD:
+                # Strict parsing of a large frame takes a while; other connections keep being served meanwhile.
+                frame = await asyncio.to_thread(parse_request_frame, text, max_bytes=self._max_payload)
+            else:
+                frame = parse_request_frame(text, max_bytes=self._max_payload)
         except FrameError as exc:
             conn.send(response_error(exc.frame_id, exc))
             return

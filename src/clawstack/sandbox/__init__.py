@@ -5,8 +5,13 @@ access confined to one directory tree. Used by the local run backend and the gat
   :class:`Mount` entries, working directory) and :func:`bwrap_argv`, which always adds new user, PID, IPC, UTS,
   cgroup and network namespaces, no capabilities, death with the parent, a new session, a cleared environment
   and a read-only root; :class:`ResourceLimits` (``setrlimit``).
+* :mod:`clawstack.sandbox.cgroups` (standard library only): :class:`Containment`, memory and pids limits on a
+  whole sandbox: cgroups (v1 or v2) nested under the caller's own where the host lets it, else the rlimits that
+  really bound it (``RLIMIT_NPROC`` only under a uid of the sandbox's own), and :class:`Enforcement`, which
+  mechanism holds each limit.
 * :mod:`clawstack.sandbox.process`: :class:`Sandbox` runs one command in a spec with a wall-clock limit (the
-  whole sandbox is killed at it) and bounded stdout/stderr capture, returning a :class:`SandboxResult`.
+  whole sandbox is killed at it), an optional :class:`Containment` and uid, and bounded stdout/stderr capture,
+  returning a :class:`SandboxResult`.
 * :mod:`clawstack.sandbox.confined`: :class:`ConfinedDir` opens and replaces files and resolves directories under a root with no
   escape by ``..``, absolute paths or symlinks, and writes that never follow a symlink.
 
@@ -26,6 +31,7 @@ Errors::
                └── PathNotFoundError  path_not_found
 """
 
+from clawstack.sandbox.cgroups import Cgroups, Containment, Enforcement, LimitReached, Limits
 from clawstack.sandbox.confined import MAX_SYMLINKS, ConfinedDir
 from clawstack.sandbox.errors import (
     ConfinedPathError,
@@ -44,6 +50,7 @@ from clawstack.sandbox.spec import (
     ResourceLimits,
     SandboxSpec,
     bind,
+    bind_fd,
     bwrap_argv,
     dev,
     directory,
@@ -60,8 +67,13 @@ __all__ = [
     "MAX_SYMLINKS",
     "SANDBOX_HOSTNAME",
     "SYSTEM_DIRS",
+    "Cgroups",
     "ConfinedDir",
     "ConfinedPathError",
+    "Containment",
+    "Enforcement",
+    "LimitReached",
+    "Limits",
     "Mount",
     "PathEscapeError",
     "PathNotFoundError",
@@ -74,6 +86,7 @@ __all__ = [
     "SandboxStartError",
     "SandboxUnavailableError",
     "bind",
+    "bind_fd",
     "bwrap_argv",
     "default_env",
     "dev",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-MountKind = Literal["ro-bind", "bind", "symlink", "proc", "dev", "tmpfs", "dir", "file"]
+MountKind = Literal["ro-bind", "bind", "bind-fd", "symlink", "proc", "dev", "tmpfs", "dir", "file"]
 
 SANDBOX_HOSTNAME: Final = "claw"
 SYSTEM_DIRS: Final = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -38,7 +38,7 @@ class Mount:
     """One entry of the sandbox's file system; build them with the functions below.
 
     ``source`` is the host path of a bind, the target of a symlink, or the descriptor number a ``file`` is read
-    from; ``size`` bounds a ``tmpfs`` in bytes; ``perms`` is the octal mode of a ``dir`` or ``file``.
+    from or a ``bind-fd`` binds (a directory opened by the caller, so no path to it need be reachable); ``size`` bounds a ``tmpfs`` in bytes; ``perms`` is the octal mode of a ``dir`` or ``file``.
     """
 
     kind: MountKind
@@ -52,10 +52,12 @@ class Mount:
             raise ValueError(f"unknown mount kind {self.kind!r}")
         if not self.dest.startswith("/") or "\0" in self.dest or "\0" in self.source:
             raise ValueError(f"a sandbox mount needs an absolute destination without NUL, not {self.dest!r}")
-        if self.kind in ("ro-bind", "bind", "symlink", "file") and not self.source:
+        if self.kind in ("ro-bind", "bind", "bind-fd", "symlink", "file") and not self.source:
             raise ValueError(f"a {self.kind} mount needs a source")
         if self.size is not None and (isinstance(self.size, bool) or self.size <= 0):
             raise ValueError("a tmpfs size is a positive number of bytes")
+        if self.kind in ("bind-fd", "file") and not self.source.isdigit():
+            raise ValueError(f"a {self.kind} mount's source is a descriptor number, not {self.source!r}")
         if self.perms is not None and _PERMS.fullmatch(self.perms) is None:
             raise ValueError(f"perms must be an octal mode such as 0700, not {self.perms!r}")
 
@@ -65,6 +67,8 @@ class Mount:
         match self.kind:
             case "ro-bind" | "bind" | "symlink":
                 return [f"--{self.kind}", self.source, self.dest]
+            case "bind-fd":
+                return ["--bind-fd", self.source, self.dest]
             case "proc":
                 return ["--proc", self.dest]
             case "dev":
@@ -86,6 +90,12 @@ def ro_bind(source: str | os.PathLike[str], dest: str | os.PathLike[str] | None 
 def bind(source: str | os.PathLike[str], dest: str | os.PathLike[str] | None = None) -> Mount:
     """The host path ``source`` at ``dest`` (default: the same path), writable."""
     return Mount("bind", os.fspath(source if dest is None else dest), os.fspath(source))
+
+
+def bind_fd(fd: int, dest: str) -> Mount:
+    """The directory open as ``fd`` at ``dest``, writable: the sandbox reaches it even where a path to it is
+    closed to the sandbox's uid."""
+    return Mount("bind-fd", dest, str(fd))
 
 
 def symlink(target: str, dest: str) -> Mount:
@@ -228,6 +238,7 @@ __all__ = [
     "ResourceLimits",
     "SandboxSpec",
     "bind",
+    "bind_fd",
     "bwrap_argv",
     "dev",
     "directory",

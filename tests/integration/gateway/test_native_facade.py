@@ -80,6 +80,8 @@ async def check_spawn(event):
         return BeforeToolCallResult(params={"task": "@fake reply: rewritten by the hook", "label": "hooked"})
     if "HOOK-UNBLIND" in task:
         return BeforeToolCallResult(params={"blind": False})
+    if "HOOK-MODEL" in task:
+        return BeforeToolCallResult(params={"model": "fake/backup"})
     if "HOOK-MODE" in task:
         return BeforeToolCallResult(params={"mode": "session"})
     return None

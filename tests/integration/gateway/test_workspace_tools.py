@@ -261,3 +261,65 @@ async def test_a_missing_workspace_directory_is_reported(sandbox: Sandbox, tmp_p
     missing = tmp_path / "not-made-yet"
     message = await fails(sandbox, missing, {"command": "true"})
     assert message == f"The workspace root {missing} does not exist or is not a directory"
+
+
+# --- containment ----------------------------------------------------------------------------------------------
+
+ROOT = os.geteuid() == 0
+
+
+async def test_exec_never_runs_as_root_when_the_gateway_is_root(sandbox: Sandbox, workspace: Path) -> None:
+    if not ROOT:
+        pytest.skip("the gateway is not root here: exec runs as the gateway's own uid")
+    assert (await run(sandbox, workspace, {"command": "id -u; id -g; id -G"})).split() == ["65534"] * 3
+    assert (await run(sandbox, workspace, {"command": "id -u"}, exec_uid=4242)).strip() == "4242"
+
+
+async def test_the_sandbox_uid_can_write_where_the_other_tools_wrote(sandbox: Sandbox, workspace: Path) -> None:
+    if not ROOT:
+        pytest.skip("the workspace is handed over only when the gateway is root")
+    (workspace / "sub" / "made-by-root.txt").write_text("one\n")
+    text = await run(sandbox, workspace, {"command": "echo two >> sub/made-by-root.txt && cat sub/made-by-root.txt"})
+    assert text == "one\ntwo"
+    assert (workspace / "sub" / "made-by-root.txt").stat().st_uid == 65534
+    # Symlinks lead nowhere new: the file outside keeps its owner.
+    assert (workspace.parent / "outside" / "secret").stat().st_uid == 0
+    assert (workspace / "to-secret").lstat().st_uid == 65534
+
+
+async def test_a_hard_linked_file_is_not_handed_over(sandbox: Sandbox, workspace: Path) -> None:
+    if not ROOT:
+        pytest.skip("the workspace is handed over only when the gateway is root")
+    os.link(workspace.parent / "outside" / "secret", workspace / "linked")
+    await run(sandbox, workspace, {"command": "true"})
+    assert (workspace.parent / "outside" / "secret").stat().st_uid == 0
+
+
+async def test_every_process_of_the_command_shares_one_pids_limit(sandbox: Sandbox, workspace: Path) -> None:
+    message = await fails(sandbox, workspace, {"command": "for i in $(seq 40); do sleep 5 & done; wait"}, exec_pids=16)
+    assert "process limit (16 processes) was reached" in message
+    assert "every process of the command was killed" in message
+
+
+async def test_a_command_within_its_limits_is_untouched(sandbox: Sandbox, workspace: Path) -> None:
+    text = await run(
+        sandbox, workspace, {"command": "for i in 1 2 3; do sleep 0.1 & done; wait; echo ok"}, exec_pids=16
+    )
+    assert text == "ok"
+
+
+def test_exec_limits_come_from_the_gateway_config() -> None:
+    from pydantic import ValidationError
+
+    from clawstack.gateway.config.agents import ExecToolConfig
+    from clawstack.gateway.workspace_tools import exec_limits
+
+    limits = exec_limits(ExecToolConfig())
+    assert (limits.exec_pids, limits.exec_memory_bytes, limits.exec_uid) == (256, 1024**3, 65534)
+    limits = exec_limits(ExecToolConfig.model_validate({"pidsLimit": 8, "memoryLimitMb": 64, "sandboxUid": 1000}))
+    assert (limits.exec_pids, limits.exec_memory_bytes, limits.exec_uid) == (8, 64 * 1024**2, 1000)
+    for bad in ({"sandboxUid": 0}, {"pidsLimit": 0}, {"memoryLimitMb": -1}, {"pidsLimit": "8"}):
+        with pytest.raises(ValidationError):
+            ExecToolConfig.model_validate(bad)
+    with pytest.raises(ValueError, match="uid other than root"):
+        WorkspaceToolLimits(exec_uid=0)

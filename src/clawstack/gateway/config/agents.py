@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StrictBool, StrictStr, field_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from clawstack.gateway.config.models import ModelSelectionInput, Section
 from clawstack.gateway.config.values import AgentId, PositiveInt, ResolvedPath, ToolName
@@ -33,6 +33,7 @@ __all__ = [
     "AgentListItem",
     "AgentSubagentsConfig",
     "AgentsConfig",
+    "ExecToolConfig",
     "SubagentDefaults",
     "SystemAgent",
     "ToolPolicy",
@@ -86,6 +87,15 @@ class SessionToolsConfig(Section):
     visibility: Literal["self", "tree", "agent", "all"] = "tree"
 
 
+class ExecToolConfig(Section):
+    """``tools.exec``: the bounds of the gateway's ``exec`` sandbox, on the whole sandbox (every process it
+    starts). ``sandboxUid`` is the uid (and gid) the sandbox runs as when the gateway runs as root; never root."""
+
+    pids_limit: PositiveInt = 256
+    memory_limit_mb: PositiveInt = 1024
+    sandbox_uid: Annotated[StrictInt, Field(ge=1, le=2**32 - 2)] = 65534
+
+
 class ToolsConfig(ToolPolicy):
     """The top-level ``tools``: the global policy layer, and the settings of the gateway's own tools.
 
@@ -95,6 +105,7 @@ class ToolsConfig(ToolPolicy):
     tool_search: Literal[False] = False
     swarm: SwarmConfig = SwarmConfig()
     sessions: SessionToolsConfig = SessionToolsConfig()
+    exec: ExecToolConfig = ExecToolConfig()
 
 
 class SubagentDefaults(Section):

@@ -5,13 +5,10 @@ system prompt) as the system message and the plugin's text as the one user messa
 the agent's chain (primary, then fallbacks, as in :class:`~clawstack.gateway.agent.AgentLoop`) unless the plugin
 asks for ``model``.
 
-**Model policy.** An override is allowed only when ``plugins.entries.<id>.subagent.allowModelOverride`` is true,
-it is a canonical ``provider/model`` reference (split at the first ``/``, as the config splits one), it names
-exactly a model the destination agent can be configured with (a provider under ``models.providers`` and one of
-that provider's ``models[].id``, both compared exactly, as the config compares them), and it is in
-``allowedModels`` (or that list holds ``"*"``); anything else is refused with
-:class:`~clawstack.gateway.plugins.api.ModelOverrideRefusedError`, never silently replaced. An allowed override
-replaces the agent's primary model only: the agent's configured fallbacks still follow it (minus the override
+**Model policy.** An override must pass :func:`~clawstack.gateway.plugins.model_policy.check_model_override`
+(``plugins.entries.<id>.subagent``), the one check ``subagent.run`` and native spawns use too; anything else is
+refused with :class:`~clawstack.gateway.plugins.api.ModelOverrideRefusedError`, never silently replaced. An
+allowed override replaces the agent's primary model only: the agent's configured fallbacks still follow it (minus the override
 itself), as in a turn.
 
 Scheduling: every completion of every plugin runs on the ``subagent`` lane of one shared
@@ -33,17 +30,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
 from clawstack.gateway.agent import AgentLoop, ModelChainError
-from clawstack.gateway.config import GatewayConfig, PluginSubagentPolicy, split_model_ref
+from clawstack.gateway.config import GatewayConfig
 from clawstack.gateway.lanes import Lanes
 from clawstack.gateway.plugins.api import (
-    ModelOverrideRefusedError,
     PluginError,
     PluginLifetime,
     PluginRetiredError,
@@ -51,6 +46,7 @@ from clawstack.gateway.plugins.api import (
     SubagentModelError,
     SubagentTimeoutError,
 )
+from clawstack.gateway.plugins.model_policy import check_model_override
 
 __all__ = [
     "DEFAULT_COMPLETE_TIMEOUT_MS",
@@ -142,31 +138,7 @@ class SubagentCompleter:
         self._loop.agent(agent_id)  # UnknownAgentError for an unknown agent
         if model is None:
             return self._loop.model_chain(agent_id, None)
-        entry = self._config.plugins.entries.get(plugin_id)
-        policy = entry.subagent if entry is not None else PluginSubagentPolicy()
-        where = f"plugins.entries.{plugin_id}.subagent"
-        if not policy.allow_model_override:
-            raise ModelOverrideRefusedError(
-                f"plugin {plugin_id!r} may not choose a model ({where}.allowModelOverride is not true)"
-            )
-        try:
-            provider_id, model_id = split_model_ref(model)
-        except ValueError:
-            raise ModelOverrideRefusedError(
-                f"model override {json.dumps(model)} is not a canonical provider/model reference"
-            ) from None
-        provider = self._config.models.providers.get(provider_id)
-        if provider is None:
-            raise ModelOverrideRefusedError(
-                f"model override {json.dumps(model)}: agent {agent_id!r} has no provider {json.dumps(provider_id)}"
-            )
-        if all(configured.id != model_id for configured in provider.models):
-            raise ModelOverrideRefusedError(
-                f"model override {json.dumps(model)}: provider {json.dumps(provider_id)} has no model"
-                f" {json.dumps(model_id)} configured (model ids are compared exactly)"
-            )
-        if "*" not in policy.allowed_models and model not in policy.allowed_models:
-            raise ModelOverrideRefusedError(f"model {json.dumps(model)} is not in {where}.allowedModels")
+        check_model_override(self._config, plugin_id, agent_id, model)
         return self._loop.model_chain(agent_id, model)
 
     async def complete(

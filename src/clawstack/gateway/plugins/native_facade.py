@@ -40,6 +40,11 @@ collector: a ``done`` child whose answer is not one JSON document matching it is
 reason, its text still in ``result``; a matching one comes back as ``structured_output``. Neither can be removed by
 a tool hook: both are applied after the hooks ran.
 
+``model`` is held to the plugin's model policy (``plugins.entries.<id>.subagent``, the one
+:func:`~clawstack.gateway.plugins.model_policy.check_model_override` that ``complete`` and ``subagent.run`` apply),
+both as the plugin asked and as a tool hook left it: outside it the spawn is refused (``subagent_model_refused``)
+before any child exists, never run on another model. A profile cannot name a model.
+
 ``fast_mode``: this gateway has no fast mode, so ``None``, ``"auto"`` (the host default) and ``False`` are what a
 child gets anyway; ``True`` is refused by name (:class:`NativeUnsupportedError`), never silently ignored.
 
@@ -64,6 +69,7 @@ from clawstack.gateway.custody import ChildRecord, ChildStore, PluginOwner
 from clawstack.gateway.dispatch import Requester
 from clawstack.gateway.native import NativeChildren, Parent, SpawnRefusedError, SpawnRequest
 from clawstack.gateway.plugins.api import PluginLifetime
+from clawstack.gateway.plugins.model_policy import check_model_override
 from clawstack.gateway.plugins.native_answers import accepted, child_instructions, collected, list_entry
 from clawstack.gateway.plugins.native_errors import (
     NativeArgumentError,
@@ -278,6 +284,8 @@ class NativeFacade:
         _text("request_id", request_id, optional=True, limit=128)
         _text("label", label, optional=True)
         _text("model", model, optional=True)
+        if model is not None:
+            check_model_override(self._host.config, self.plugin_id, self._requester.agent_id, model)
         if context not in (None, "isolated", "fork"):
             raise NativeArgumentError('context must be "isolated" or "fork"')
         if not isinstance(blind, bool):
@@ -343,6 +351,9 @@ class NativeFacade:
             digest,
             surface,
         )
+        if hooked.model is not None:
+            # A model a tool hook put in is held to the same policy: no path widens what the plugin may choose.
+            check_model_override(self._host.config, self.plugin_id, self._requester.agent_id, hooked.model)
         # What a profile and a schema add is the host's, after the hooks: no hook can remove or replace it.
         request = dataclasses.replace(
             hooked,

@@ -13,7 +13,9 @@ argument may start with ``<workspace>``.
 
 Limits (:class:`WorkspaceToolLimits`): ``read`` shows at most 2000 lines or 50 KB per call (OpenClaw's), and
 says how to continue; files over 256 MiB are refused. ``write`` and ``edit`` take files of at most 1 MiB.
-``exec`` waits 30 s by default and at most 600 s, and keeps the last 64 KiB of its output.
+``exec`` waits 30 s by default and at most 600 s, and keeps the last 64 KiB of its output; its whole sandbox
+holds at most 256 processes and 1 GiB of memory (``tools.exec``, :func:`exec_limits`), and runs as uid 65534
+when the gateway runs as root.
 
 * :mod:`~clawstack.gateway.workspace_tools.toolset`: :func:`workspace_tools`, the four in one list.
 * :mod:`~clawstack.gateway.workspace_tools.files`: ``read``, ``write`` and ``edit``.
@@ -25,11 +27,12 @@ says how to continue; files over 256 MiB are refused. ``write`` and ``edit`` tak
 
 from clawstack.gateway.workspace_tools.exec import EXEC_HOST_PATHS
 from clawstack.gateway.workspace_tools.toolset import workspace_tools
-from clawstack.gateway.workspace_tools.workspace import WORKSPACE_MARK, WorkspaceToolLimits
+from clawstack.gateway.workspace_tools.workspace import WORKSPACE_MARK, WorkspaceToolLimits, exec_limits
 
 __all__ = [
     "EXEC_HOST_PATHS",
     "WORKSPACE_MARK",
     "WorkspaceToolLimits",
+    "exec_limits",
     "workspace_tools",
 ]

@@ -1,24 +1,33 @@
 """The ``exec`` tool: ``/bin/sh -c COMMAND`` in a :class:`clawstack.sandbox.Sandbox` with no network, a read-only
 root, the workspace (bound at its own path) the only writable place besides a private ``/tmp``, a clean
-environment, a time limit that kills the whole sandbox and a bound on the output, answering with OpenClaw's
-result texts. OpenClaw's arguments for background runs, terminals, approvals and other hosts are refused."""
+environment, a time limit that kills the whole sandbox, pids and memory limits on the whole sandbox
+(:class:`clawstack.sandbox.Containment`) and a bound on the output, answering with OpenClaw's result texts. When
+the gateway runs as root, the sandbox runs as an unprivileged uid of its own (``exec_uid``), to which the
+workspace is handed over. OpenClaw's arguments for background runs, terminals, approvals and other hosts are
+refused."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import os
 import re
+import secrets
+import stat
 from collections.abc import Callable
 from typing import Any, Final
 
 from clawstack.gateway.tools import Tool, ToolError
 from clawstack.gateway.workspace_tools.workspace import Workspace, WorkspaceToolLimits, guarded, refuse_unknown
 from clawstack.sandbox import (
+    Containment,
+    LimitReached,
     Sandbox,
     SandboxError,
     SandboxSpec,
-    bind,
+    bind_fd,
     default_env,
     dev,
     proc,
@@ -40,6 +49,9 @@ _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_ARGUMENT_BYTES: Final = 128 * 1024 - 1  # one argv string: Linux's MAX_ARG_STRLEN, less the NUL
 _MAX_ENV: Final = 100
 _MAX_ENV_VALUE: Final = 4096
+_RELEASE_S: Final = 5.0
+
+log = logging.getLogger(__name__)
 
 
 def exec_tool(sandbox: Sandbox, limits: WorkspaceToolLimits) -> Tool:
@@ -56,6 +68,7 @@ class _Exec:
     def __init__(self, sandbox: Sandbox, limits: WorkspaceToolLimits) -> None:
         self.sandbox = sandbox
         self.limits = limits
+        self._reported = False
 
     async def run(self, arguments: dict[str, Any], workspace: Workspace) -> str:
         refuse_unknown("exec", arguments, {*_EXEC_ACCEPTED, *_EXEC_REFUSED})
@@ -78,31 +91,55 @@ class _Exec:
         workdir = workspace.path("exec", arguments, "workdir") if workdir else "."
         parts = await asyncio.to_thread(workspace.dir.directory, workdir)  # the workspace itself must exist too
         cwd = os.path.join(workspace.root, *parts)
-        spec = SandboxSpec(
-            env=env,
-            mounts=(
-                *system_mounts(EXEC_HOST_PATHS),
-                proc(),
-                dev(),
-                tmpfs("/tmp", self.limits.exec_tmp_bytes),  # noqa: S108 - the sandbox's own
-                bind(workspace.root),
-            ),
-            chdir=cwd,
-        )
+        uid = self.limits.exec_uid if os.geteuid() == 0 else None
+        if uid is not None:
+            await asyncio.to_thread(hand_over, workspace.root, uid)
+        # Bound by descriptor: the sandbox's uid need not reach the workspace by its path.
+        root = os.open(workspace.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            result = await self.sandbox.run(
-                spec,
-                ["/bin/sh", "-c", command],
-                timeout_s=timeout_s,
-                output_limit_bytes=self.limits.exec_output_bytes,
-                limits=self.limits.exec_rlimits,
-                stderr="merge",
-                keep="tail",
+            spec = SandboxSpec(
+                env=env,
+                mounts=(
+                    *system_mounts(EXEC_HOST_PATHS),
+                    proc(),
+                    dev(),
+                    tmpfs("/tmp", self.limits.exec_tmp_bytes),  # noqa: S108 - the sandbox's own
+                    bind_fd(root, workspace.root),
+                ),
+                chdir=cwd,
             )
+            containment = await asyncio.to_thread(
+                Containment.create,
+                f"claw-exec-{secrets.token_hex(8)}",
+                memory_bytes=self.limits.exec_memory_bytes,
+                pids=self.limits.exec_pids,
+                sandbox_uid=uid,
+            )
+            self._report(containment)
+            try:
+                result = await self.sandbox.run(
+                    spec,
+                    ["/bin/sh", "-c", command],
+                    timeout_s=timeout_s,
+                    output_limit_bytes=self.limits.exec_output_bytes,
+                    limits=self.limits.exec_rlimits,
+                    stderr="merge",
+                    keep="tail",
+                    containment=containment,
+                    uid=uid,
+                )
+            finally:
+                # Shielded: a second cancellation must not leave the cgroups behind.
+                await asyncio.shield(asyncio.to_thread(containment.release, _RELEASE_S))
         except SandboxError as exc:
             raise ToolError(f"exec could not run the command ({exc.code}): {exc.message}") from None
+        finally:
+            os.close(root)
         output = _decode_tail(result.stdout, result.stdout_truncated).strip()
         note = _RETENTION_NOTE if result.stdout_truncated else ""
+        if result.limit_reached is not None:
+            reason = self._limit_message(result.limit_reached)
+            raise ToolError(note + (f"{output}\n\n{reason}" if output else reason))
         if result.timed_out:
             reason = f"Command timed out after {_seconds(timeout_s)} seconds.\n\n{_TIMEOUT_GUIDANCE}"
             raise ToolError(note + (f"{output}\n\n{reason}" if output else reason))
@@ -112,6 +149,26 @@ class _Exec:
             raise ToolError(note + (f"{output}\n\n{reason}" if output else reason))
         shown = output or "(no output)"
         return note + (shown if code == 0 else f"{shown}\n\n(Command exited with code {code})")
+
+    def _limit_message(self, reached: LimitReached) -> str:
+        if reached == "pids":
+            what, hint = f"process limit ({self.limits.exec_pids} processes)", "Run fewer processes at once."
+        else:
+            what, hint = f"memory limit ({_mib(self.limits.exec_memory_bytes)} MiB)", "Use less memory."
+        return f"Command stopped: the sandbox's {what} was reached, and every process of the command was killed. {hint}"
+
+    def _report(self, containment: Containment) -> None:
+        """Log once how the limits are held, and loudly if one is not."""
+        if self._reported:
+            return
+        self._reported = True
+        enforcement = containment.enforcement
+        log.info("exec: memory limit held by %s, pids limit by %s", enforcement.memory, enforcement.pids)
+        if containment.cgroups is None:
+            log.warning(
+                "exec: no usable cgroup here; memory is bounded per process only (RLIMIT_AS) and processes %s",
+                "not at all (the sandbox has no uid of its own)" if enforcement.pids is None else "by RLIMIT_NPROC",
+            )
 
     def _timeout(self, value: Any) -> float:
         if value is None:
@@ -160,6 +217,31 @@ _EXEC_REFUSED: Final[dict[str, Callable[[Any], str | None]]] = {
     "ask": _refuse_unless(("off",), "ask is not supported: there are no exec approvals here"),
     "node": lambda _: "node is not supported: commands run in the gateway's sandbox, not on a node",
 }
+
+
+def hand_over(root: str, uid: int) -> None:
+    """Give the workspace to the sandbox's ``uid`` (and gid): everything in it that this process's uid owns is
+    chowned to it, so that the unprivileged sandbox can write where the other tools wrote. The walk holds
+    directory descriptors and never follows a symlink (a symlink itself is chowned, never its target), and a
+    file with more than one link is left alone: it may be linked from outside the workspace."""
+    own = os.geteuid()
+
+    def give(name: str, dir_fd: int) -> None:
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+            found = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if found.st_uid != own or (not stat.S_ISDIR(found.st_mode) and found.st_nlink > 1):
+                return
+            os.chown(name, uid, uid, dir_fd=dir_fd, follow_symlinks=False)
+
+    for top, (_, dirs, files, dir_fd) in enumerate(os.fwalk(root, follow_symlinks=False)):
+        if top == 0 and os.fstat(dir_fd).st_uid == own:
+            os.chown(dir_fd, uid, uid)
+        for name in (*dirs, *files):
+            give(name, dir_fd)
+
+
+def _mib(value: int) -> str:
+    return f"{value / 1024**2:g}"
 
 
 def _seconds(value: float) -> str:

@@ -3,12 +3,14 @@ guard every handler runs in, and the check for unknown arguments."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from clawstack.gateway.config.agents import ExecToolConfig
 from clawstack.gateway.tools import ToolError, ToolInvocation
 from clawstack.sandbox import ConfinedDir, ConfinedPathError, ResourceLimits
 
@@ -17,6 +19,7 @@ __all__ = [
     "Handler",
     "Workspace",
     "WorkspaceToolLimits",
+    "exec_limits",
     "guarded",
     "refuse_unknown",
 ]
@@ -38,8 +41,24 @@ class WorkspaceToolLimits:
     exec_max_timeout_s: float = 600.0
     exec_output_bytes: int = 64 * 1024
     exec_tmp_bytes: int = 64 * 1024 * 1024
-    exec_rlimits: ResourceLimits = field(
-        default_factory=lambda: ResourceLimits(address_space_bytes=4 * 1024**3, file_bytes=1024**3, open_files=1024)
+    exec_pids: int = 256
+    exec_memory_bytes: int = 1024**3
+    exec_uid: int = 65534
+    """The uid ``exec`` runs as when the gateway runs as root (never root itself)."""
+    exec_rlimits: ResourceLimits = field(default_factory=lambda: ResourceLimits(file_bytes=1024**3, open_files=1024))
+
+    def __post_init__(self) -> None:
+        if self.exec_pids < 1 or self.exec_memory_bytes < 1 or not 0 < self.exec_uid < 2**32 - 1:
+            raise ValueError("exec_pids and exec_memory_bytes must be positive, exec_uid a uid other than root")
+
+
+def exec_limits(config: ExecToolConfig, base: WorkspaceToolLimits | None = None) -> WorkspaceToolLimits:
+    """``base`` (by default the defaults) with ``tools.exec``'s bounds."""
+    return dataclasses.replace(
+        base or WorkspaceToolLimits(),
+        exec_pids=config.pids_limit,
+        exec_memory_bytes=config.memory_limit_mb * 1024**2,
+        exec_uid=config.sandbox_uid,
     )
 
 

@@ -15,7 +15,8 @@
      ├── JournalError                      503 the trace journal cannot be written
      └── ToolError                         a managed tool descriptor or dispatch failed
 
-Every error renders as the OpenAI envelope ``{"error":{"message","type","code"}}``. Messages never contain a
+Every error renders as the OpenAI envelope ``{"error":{"message","type","code"}}``, with ``param`` added when the
+error is about one request field (its JSON path, e.g. ``tools[0].google_search``). Messages never contain a
 token, a message body or a filesystem path.
 """
 
@@ -40,14 +41,19 @@ class ProxyError(ClawError):
         code: str | None = None,
         status: int | None = None,
         retryable: bool | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message, code=code, retryable=retryable)
         if status is not None:
             self.status = status
+        self.param = param
 
     def envelope(self) -> dict[str, Any]:
-        """The OpenAI-shaped error body."""
-        return {"error": {"message": self.message, "type": self.error_type, "code": self.code}}
+        """The OpenAI-shaped error body; ``param`` names the request field at fault, when there is one."""
+        error: dict[str, Any] = {"message": self.message, "type": self.error_type, "code": self.code}
+        if self.param is not None:
+            error["param"] = self.param
+        return {"error": error}
 
 
 class AuthError(ProxyError):

@@ -2,7 +2,8 @@
 
 The request is the worker's Chat Completions body in the Responses API's shape the plan backend requires
 (:func:`~clawstack.proxy.plan.chatgpt.shape_plan_request`: no temperature, top_p or output-token limit, always
-streamed, never stored, no hosted tool). The access token comes from :class:`~clawstack.proxy.plan.PlanTokens`,
+streamed, never stored, no hosted tool), holding only the plan shape's allowlisted fields
+(:func:`~clawstack.proxy.request_guard.check_outgoing`). The access token comes from :class:`~clawstack.proxy.plan.PlanTokens`,
 which re-reads the sign-in store, so a new ``claw proxy auth login`` is used from the next request, and refreshes
 it; a 401 forces one refresh and one retry. No key is ever used here.
 
@@ -29,6 +30,7 @@ from clawstack.common.clock import Clock
 from clawstack.common.ids import new_id
 from clawstack.llm.sse import SSEDecoder
 from clawstack.proxy.config import PlanRoute, ProxyConfig
+from clawstack.proxy.errors import RequestError
 from clawstack.proxy.plan import AuthStore, PlanError, PlanTokens, plan_ssl_context
 from clawstack.proxy.plan.chatgpt import (
     classify_plan_failure,
@@ -37,6 +39,7 @@ from clawstack.proxy.plan.chatgpt import (
     responses_url,
     shape_plan_request,
 )
+from clawstack.proxy.request_guard import check_outgoing
 from clawstack.proxy.responses_api import chat_to_responses, responses_to_chat
 
 FATAL_REASONS: Final = frozenset({"subscription_not_eligible", "subscription_unsupported_request"})
@@ -78,11 +81,13 @@ class PlanRoutes:
         if until is not None and until > self._clock.now():
             return "subscription_limit_reached"
         try:
-            payload = json.dumps(shape_plan_request(chat_to_responses(body))).encode()
+            shaped = shape_plan_request(chat_to_responses(body))
+            check_outgoing("plan", shaped)
         except PlanError as exc:
             return exc.reason
-        except ValueError:
+        except (ValueError, RequestError):
             return "subscription_unsupported_request"
+        payload = json.dumps(shaped).encode()
         for force in (False, True):
             try:
                 access, account = await self.tokens.access("chatgpt", force=force)

@@ -7,7 +7,8 @@
   ``max_output_tokens``, ``reasoning_effort`` ``reasoning.effort``, ``response_format`` and ``verbosity``
   ``text``; ``temperature``, ``top_p``, ``parallel_tool_calls``, ``stream``, ``user``, ``metadata``, ``store``
   (False when absent: the proxy never asks an upstream to keep a conversation), ``prompt_cache_key``,
-  ``safety_identifier`` and ``service_tier`` pass unchanged. Function tools without ``strict`` get
+  ``safety_identifier`` and ``provider`` (OpenRouter's routing and data controls, which the proxy sets only for
+  ``openrouter/`` routes) pass unchanged. :data:`RESPONSES_FIELDS` is every top-level field it can produce. Function tools without ``strict`` get
   ``strict: false``, Chat's default (Responses would otherwise make them strict).
 - :func:`responses_to_chat` turns a finished Responses object into a ``chat.completion``; reasoning items are
   dropped.
@@ -17,7 +18,8 @@
 
 Dropped from requests, having no Responses counterpart: ``stop``, ``stream_options`` (usage is always
 reported), ``seed``, ``logprobs``, ``top_logprobs``, ``logit_bias``, ``frequency_penalty``, ``presence_penalty``,
-``n`` (only 1 is accepted) and every field not named above (``modalities``, ``audio``, ``prediction``, ...).
+``n`` (only 1 is accepted) and every field not named above (``modalities``, ``prediction``, ...). A ``file``
+part forwards only ``file_data`` and ``filename``.
 Legacy ``functions`` / ``function_call`` are refused. Malformed input raises :class:`ValueError` whose message
 names the field and never repeats its content.
 """
@@ -33,6 +35,7 @@ from clawstack.llm.errors import LLMProtocolError
 from clawstack.llm.sse import SSEDecoder
 
 __all__ = [
+    "RESPONSES_FIELDS",
     "ResponsesStreamTranslator",
     "chat_to_responses",
     "rejected_sampling_parameter",
@@ -41,7 +44,11 @@ __all__ = [
 ]
 
 _PASSED: Final = ("temperature", "top_p", "parallel_tool_calls", "stream", "user", "metadata", "store")
-_PASSED_KEYS: Final = ("prompt_cache_key", "safety_identifier", "service_tier")
+_PASSED_KEYS: Final = ("prompt_cache_key", "safety_identifier", "provider")
+RESPONSES_FIELDS: Final = frozenset(
+    {"model", "instructions", "input", "tools", "tool_choice", "max_output_tokens", "reasoning", "text"}
+    | {*_PASSED, *_PASSED_KEYS}
+)
 # A Chat tool-call type -> the Responses item type for its call, and the field that holds the call's text.
 _CALL_KINDS: Final = {"function": ("function_call", "arguments"), "custom": ("custom_tool_call", "input")}
 _ITEM_KINDS: Final = {item: (kind, text) for kind, (item, text) in _CALL_KINDS.items()}
@@ -174,7 +181,7 @@ def _user_parts(content: Any, where: str) -> list[dict[str, Any]]:
             parts.append({"type": "input_image", "image_url": _string(url, f"{at}.image_url.url"), "detail": detail})
         elif kind == "file":
             file = _mapping(part.get("file"), f"{at}.file")
-            parts.append({"type": "input_file", **_present(file, "file_data", "file_id", "filename")})
+            parts.append({"type": "input_file", **_present(file, "file_data", "filename")})
         else:
             raise ValueError(f"{at} must be a text, image_url or file part")
     return parts

@@ -29,7 +29,7 @@ import aiohttp
 from clawstack import __version__
 from clawstack.common.clock import Clock
 from clawstack.proxy.config import Routing
-from clawstack.proxy.errors import UpstreamError
+from clawstack.proxy.errors import ProxyError, RequestError, UpstreamError
 from clawstack.proxy.identities import ChainEntry
 from clawstack.proxy.plan_route import FATAL_REASONS, PlanRoutes
 from clawstack.proxy.providers import KeyHealth, Route, Upstreams
@@ -208,6 +208,8 @@ class ChainRouter:
             except ValueError as exc:  # the worker's body has no equivalent in the Responses API
                 refusal = UpstreamError(str(exc), code="invalid_request", status=400, retryable=False)
                 return _Failure("bad_request", None, refusal), None
+            except RequestError as exc:  # a field outside the shape's allowlist: never sent
+                return _Failure("bad_request", None, exc), None
             payload = json.dumps(shaped, ensure_ascii=False, allow_nan=False).encode()
             digest = "sha256:" + hashlib.sha256(payload).hexdigest()
             translate = translator(route, self.shapes)
@@ -363,7 +365,7 @@ class ChainRouter:
 class _Failure:
     failure: str
     status: int | None
-    fatal: UpstreamError | None = None
+    fatal: ProxyError | None = None
     rejection: bytes | None = None  # a request fault's body, which may teach a shape
 
 

@@ -53,6 +53,7 @@ from clawstack.proxy.identities import (
 from clawstack.proxy.journal import TraceJournal, read_capture_epoch
 from clawstack.proxy.plan_route import PlanRoutes
 from clawstack.proxy.providers import KeyHealth, Upstreams
+from clawstack.proxy.request_guard import guard_chat_request
 from clawstack.proxy.revocation import RevocationLedger
 from clawstack.proxy.routing import Attempt, ChainRouter, Committed
 from clawstack.proxy.tool_dispatch import ToolDispatcher, ToolOutcome
@@ -138,36 +139,6 @@ class CreateIdentityRequest(_Strict):
             if not re.fullmatch(r"[a-z0-9][a-z0-9._/-]{0,63}", key) or len(item) > 256:
                 raise ValueError("label keys are [a-z0-9._/-] up to 64, values up to 256 characters")
         return value
-
-
-WORKER_TOOL_TYPES: Final = frozenset({"function", "custom"})
-"""The tool types a per-run worker may send: its own tools, which it runs itself."""
-HOSTED_CAPABILITY_FIELDS: Final = ("web_search_options", "plugins")
-"""Request fields that switch on a provider-hosted capability (OpenAI's hosted search, OpenRouter's plugins)."""
-
-
-def check_no_hosted_tools(body: Mapping[str, Any]) -> None:
-    """The final-request guard: a per-run worker's request may carry no provider-hosted tool (remote MCP, hosted
-    web or file search, code interpreter, computer use, image generation: any tool type but ``function`` and
-    ``custom``) and no field that enables one; such a request is refused before any upstream sees it, on every
-    route (``hosted_tool_refused``)."""
-    for field in HOSTED_CAPABILITY_FIELDS:
-        if field in body:
-            raise RequestError(
-                f"{field} enables a provider-hosted capability, which per-run workers may not use",
-                code="hosted_tool_refused",
-            )
-    for tool in body.get("tools") or []:
-        if not isinstance(tool, dict):
-            raise RequestError("each tool must be an object", code="invalid_request")
-        kind = tool.get("type")
-        if kind not in WORKER_TOOL_TYPES:
-            shown = kind[:40] if isinstance(kind, str) else type(kind).__name__
-            raise RequestError(
-                f"tool type {shown!r} is a provider-hosted tool (or none), which per-run workers may not use; "
-                "send function or custom tools",
-                code="hosted_tool_refused",
-            )
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -338,26 +309,17 @@ class ProxyService:
         return identity.revoked_at is not None or identity.id in self._blocked or self.ledger.is_revoked(identity.id)
 
     def prepare(self, identity: Identity, body: Any) -> WorkerRequest:
-        """Validate a worker chat body against the identity; choose where its chain starts."""
-        if not isinstance(body, dict):
-            raise RequestError("the body must be a JSON object", code="invalid_request")
-        model, messages = body.get("model"), body.get("messages")
-        if not isinstance(model, str) or not model:
-            raise RequestError("model is required", code="invalid_request")
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("messages must be a non-empty array", code="invalid_request")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise RequestError("stream must be a boolean", code="invalid_request")
+        """Validate a worker chat body against the identity; choose where its chain starts. The body is rebuilt
+        from the allowlist first (:func:`~clawstack.proxy.request_guard.guard_chat_request`), so nothing outside
+        it reaches any route."""
+        guarded = guard_chat_request(body, self.policy)
+        model = guarded["model"]
+        stream = guarded.get("stream") is True
         start = next((i for i, e in enumerate(identity.chain) if model in (e.slot, e.ref)), None)
         if start is None:
             raise NotFoundError("the model is not in this identity's chain", code="model_not_found")
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise RequestError("tools must be an array", code="invalid_request")
-        check_no_hosted_tools(body)
-        for tool in tools or []:
-            name = (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+        for tool in guarded.get("tools") or []:
+            name = (tool.get("function") or {}).get("name")
             if isinstance(name, str) and self.catalog.is_managed_name(name):
                 raise RequestError("a worker tool may not take a managed tool's name", code="tool_name_reserved")
         entries = list(identity.chain[start:])
@@ -366,16 +328,11 @@ class ProxyService:
             refusal = effort_refusal(entry.ref, entry.reasoning_effort)
             if refusal is not None:
                 raise RequestError(f"{entry.slot}: {refusal}", code="reasoning_effort_unsupported")
-        if body.get("store") is True and self.policy.enforces_zero_retention():
-            raise RequestError(
-                "store: true asks the provider to retain the conversation, which the data policy forbids",
-                code="data_policy_violation",
-            )
-        if "provider" in body:
+        if guarded.get("provider") is not None:
             for entry in entries:
                 if entry.ref.startswith("openrouter/"):
-                    provider_object(entry.provider_preferences, body["provider"], self.policy)
-        return WorkerRequest(body, entries, stream, self.catalog.openai_tools(identity.tools))
+                    provider_object(entry.provider_preferences, guarded["provider"], self.policy)
+        return WorkerRequest(guarded, entries, stream, self.catalog.openai_tools(identity.tools))
 
     def check_policy(self, ref: str, *, where: str) -> None:
         """Refuse (``data_policy_violation``) a chain entry whose provider at its endpoint lacks evidence for

@@ -9,7 +9,8 @@ Two rejections teach the proxy something, and each is retried once in the correc
 - a ``400`` saying ``temperature`` or ``top_p`` is not supported drops that parameter for that model.
 
 What is learned is kept per ``provider/model`` for the proxy's lifetime and reused by every later request, so
-the rejection is paid once.
+the rejection is paid once. Whatever the shape, the body is checked against that shape's allowlist
+(:func:`~clawstack.proxy.request_guard.check_outgoing`) last, before it is sent.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from clawstack.proxy.providers import Route
+from clawstack.proxy.request_guard import check_outgoing
 from clawstack.proxy.responses_api import (
     ResponsesStreamTranslator,
     chat_to_responses,
@@ -42,10 +44,15 @@ class Shapes:
         return route.plan or (route.prefix, route.model) in self.responses
 
     def shape(self, route: Route, body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        """``(path, payload)`` for ``body`` (a Chat Completions body) on ``route`` as learned so far."""
+        """``(path, payload)`` for ``body`` (a Chat Completions body) on ``route`` as learned so far. Raises
+        :class:`ValueError` for a body the Responses API cannot express and
+        :class:`~clawstack.proxy.errors.RequestError` for one outside the shape's allowlist."""
         kept = {k: v for k, v in body.items() if k not in self.dropped.get((route.prefix, route.model), ())}
         if self.uses_responses(route):
-            return "/responses", chat_to_responses(kept)
+            shaped = chat_to_responses(kept)
+            check_outgoing("responses", shaped)
+            return "/responses", shaped
+        check_outgoing("chat", kept)
         return "/chat/completions", kept
 
     def learn(self, route: Route, status: int, error_body: bytes, sent: Mapping[str, Any]) -> str | None:

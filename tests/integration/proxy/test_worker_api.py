@@ -299,7 +299,6 @@ async def test_openrouter_provider_object_and_data_policy(make_stack: StackFacto
             {"zdr": False},
             {"allow_fallbacks": True},
             {"only": ["other/provider"]},
-            {"sort": "price"},
             {"only": []},
         ):
             with pytest.raises(LLMHTTPError) as info:
@@ -307,6 +306,13 @@ async def test_openrouter_provider_object_and_data_policy(make_stack: StackFacto
                     model="primary", messages=[{"role": "user", "content": "x"}], extra={"provider": weakening}
                 )
             assert info.value.error_code == "data_policy_violation"
+        # A key outside the five narrowing ones is not a preference the proxy knows: outside the allowlist.
+        with pytest.raises(LLMHTTPError) as info:
+            await client.chat_completion(
+                model="primary", messages=[{"role": "user", "content": "x"}], extra={"provider": {"sort": "price"}}
+            )
+        assert info.value.error_code == "request_field_refused"
+        assert "provider.sort" in (info.value.server_message or "")
     assert len(stack.fallback.requests) == 1
 
 
@@ -375,10 +381,12 @@ async def test_hosted_tools_are_refused_before_dispatch_on_every_route(make_stac
     function = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
     for tool in HOSTED:
         got, body, _ = await raw(url, headers=headers, data=json.dumps(base | {"tools": [function, tool]}).encode())
-        assert (got, body["error"]["code"]) == (400, "hosted_tool_refused"), tool
+        assert (got, body["error"]["code"], body["error"]["param"]) == (400, "hosted_tool_refused", "tools[1].type")
+    # Fields that switch a hosted capability on are outside the allowlist, like any unknown field.
     for field in ({"web_search_options": {}}, {"plugins": [{"id": "web"}]}):
         got, body, _ = await raw(url, headers=headers, data=json.dumps(base | field).encode())
-        assert (got, body["error"]["code"]) == (400, "hosted_tool_refused"), field
+        assert (got, body["error"]["code"]) == (400, "request_field_refused"), field
+        assert body["error"]["param"] == next(iter(field))
     assert stack.primary.requests == []
     assert stack.fallback.requests == []  # no upstream saw any of them
     # The worker's own function and custom tools pass.

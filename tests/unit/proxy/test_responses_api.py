@@ -31,6 +31,7 @@ WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, 
 
 def test_public_names() -> None:
     assert sorted(responses_api.__all__) == [
+        "RESPONSES_FIELDS",
         "ResponsesStreamTranslator",
         "chat_to_responses",
         "rejected_sampling_parameter",
@@ -134,6 +135,11 @@ def test_no_system_message_means_no_instructions() -> None:
     out = chat_to_responses({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
     assert "instructions" not in out
     assert out["input"] == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+
+
+def test_openrouter_controls_pass() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "provider": {"zdr": True}}
+    assert chat_to_responses(body)["provider"] == {"zdr": True}
 
 
 def test_store_defaults_to_false_and_an_explicit_value_passes() -> None:

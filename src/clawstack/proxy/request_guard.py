@@ -301,6 +301,8 @@ _MESSAGE: Final = _tagged(
                 "refusal": _string,
                 "name": _string,
                 "tool_calls": _list(_TOOL_CALL),
+                # The model's own earlier reasoning, echoed back as text (reasoning models require it).
+                "reasoning_content": _string,
             },
             dropped=frozenset({"annotations"}),  # a previous answer's citations, echoed back; the provider ignores them
             refused={
@@ -309,7 +311,8 @@ _MESSAGE: Final = _tagged(
             },
         ),
         "tool": _object(
-            {"role": _string, "content": _TEXT_CONTENT, "tool_call_id": _string}, required=("content", "tool_call_id")
+            {"role": _string, "content": _TEXT_CONTENT, "tool_call_id": _string, "name": _string},
+            required=("content", "tool_call_id"),
         ),
     },
     _kinds("system", "developer", "user", "assistant", "tool"),

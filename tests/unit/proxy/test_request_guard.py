@@ -136,9 +136,14 @@ def user(*parts: Any) -> dict[str, Any]:
             "messages[0].cache_control",
         ),
         (
-            {**BASE, "messages": [{"role": "assistant", "content": "x", "reasoning_content": "y"}]},
+            {**BASE, "messages": [{"role": "assistant", "content": "x", "reasoning_details": [{"type": "x"}]}]},
             "request_field_refused",
-            "messages[0].reasoning_content",
+            "messages[0].reasoning_details",
+        ),
+        (
+            {**BASE, "messages": [{"role": "tool", "tool_call_id": "c", "content": "x", "cache_control": {}}]},
+            "request_field_refused",
+            "messages[0].cache_control",
         ),
         (
             {**BASE, "messages": [{"role": "assistant", "content": "x", "audio": {"id": "audio_1"}}]},
@@ -190,12 +195,14 @@ def test_documented_message_and_part_shapes_pass() -> None:
             "role": "assistant",
             "content": None,
             "refusal": None,
+            "reasoning_content": "look it up first",
             "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}},
                 {"id": "c2", "type": "custom", "custom": {"name": "grep", "input": "x"}},
             ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "tool", "tool_call_id": "c2", "name": "grep", "content": "x:1"},  # as Hermes sends it
         {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
     ]
     assert guard_chat_request({**BASE, "messages": messages}, DEFAULT_POLICY)["messages"] == messages

@@ -391,7 +391,13 @@ def _doctor_workers(paths: PodPaths, backend: Backend, *, remove_orphans: bool) 
         click.echo(f"  {orphan.installation}/{orphan.run_id}")
     if orphans and remove_orphans:
         lock = PodLock(paths.lock, holder="claw runs doctor")
-        lock.acquire(inheritable=True)  # a compose down it runs keeps writer authority until it exits
+        try:
+            lock.acquire(inheritable=True)  # a compose down it runs keeps writer authority until it exits
+        except ClawError as exc:  # the supervisor (or claw up/down) holds the pod: it removes orphans itself
+            raise click.ClickException(
+                f"{exc.code}: {exc.message}; orphans are removed by the supervisor's start "
+                "(claw runs serve --remove-orphans) or by this command while nothing holds the pod"
+            ) from exc
         try:
             for orphan in orphans:
                 asyncio.run(backend.remove(orphan, writer_lock_fd=lock.fd))

@@ -34,6 +34,7 @@ __all__ = [
     "DatabaseError",
     "DatabaseLockedError",
     "WriterDatabase",
+    "create_private_file",
     "immediate_transaction",
     "move_aside",
     "open_database",
@@ -66,7 +67,9 @@ def take_writer_lock(path: Path) -> int:
     return fd
 
 
-def _create_private_file(path: Path) -> None:
+def create_private_file(path: Path) -> None:
+    """Create ``path`` (or open it) as a regular file of this user, mode 0600 exactly; SQLite gives its ``-wal``
+    and ``-shm`` files the same mode. :class:`DatabaseError` for anything else there."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
@@ -97,7 +100,7 @@ def open_database(
     ``user_version`` (``found``); whatever it raises rolls the transaction back and leaves the file as it was. The
     connection is in autocommit mode (``isolation_level=None``) and may be used from other threads.
     """
-    _create_private_file(path)
+    create_private_file(path)
     try:
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     except sqlite3.Error as exc:

@@ -335,7 +335,9 @@ def compile_pod(spec: PodSpec, *, inspector: ImageInspector = inspect_image) -> 
             "home": None
             if template.home is None
             else {"mount": template.home.mount, "max_bytes": template.home.max_bytes},
-            "content": [{"source": c.source, "target": c.target} for c in template.content],
+            "content": [
+                {"source": c.source, "target": c.target, "device": c.device, "inode": c.inode} for c in template.content
+            ],
             "content_targets": [c.target for c in template.content],
             "data_policy": spec.data_policy.listing(),
             "context_digest": spec_digest(context),

@@ -60,10 +60,20 @@ class Home:
     max_bytes: int = 1024**3
 
 
+PRIVATE_STATE: Final = (".claw-runtime", ".claw-auth", ".claw-runs", ".claw-homes", ".claw-revocations", ".env")
+"""The pod's private state (the proxy's configuration and every key, the sign-in store, the ledger and secrets,
+every task home, the revocation ledger, the credentials file): no content source may be, contain or lie in it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Content:
+    """A read-only reference mount, resolved once at ``claw up`` and pinned by its device and inode: a spawn
+    refuses a source that is not that very file or directory any more (a link swapped in, a replaced tree)."""
+
     source: str  # relative to the pod directory, resolved inside it
     target: str
+    device: int
+    inode: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,16 +546,47 @@ def _content(pod_dir: Path, value: Any, where: str) -> tuple[Content, ...]:
             raise ValidationError("each entry has exactly source and target", where=item_where)
         source = _string(entry["source"], f"{item_where}.source")
         resolved = _inside(pod_dir, source, f"{item_where}.source")
-        if not resolved.exists():
-            raise ValidationError(f"{source!r} does not exist", where=f"{item_where}.source")
+        try:
+            pinned = os.stat(resolved)
+        except FileNotFoundError:
+            raise ValidationError(f"{source!r} does not exist", where=f"{item_where}.source") from None
+        except OSError as exc:
+            raise ValidationError(f"{source!r} cannot be read ({exc.strerror})", where=f"{item_where}.source") from None
+        _check_not_private(pod_dir, source, resolved, f"{item_where}.source")
         target = _string(entry["target"], f"{item_where}.target")
         if not target.startswith("/") or target == "/" or ".." in target.split("/"):
             raise ValidationError("must be an absolute path in the worker, not /", where=f"{item_where}.target")
         if target in targets:
             raise ValidationError("targets repeat", where=f"{item_where}.target")
         targets.add(target)
-        out.append(Content(source=str(resolved.relative_to(pod_dir)), target=target.rstrip("/")))
+        out.append(
+            Content(
+                source=str(resolved.relative_to(pod_dir)),
+                target=target.rstrip("/"),
+                device=pinned.st_dev,
+                inode=pinned.st_ino,
+            )
+        )
     return tuple(out)
+
+
+def _check_not_private(pod_dir: Path, source: str, resolved: Path, where: str) -> None:
+    """Refuse the pod directory itself and any source that is, contains or lies in the pod's private state."""
+    if resolved == pod_dir:
+        raise ValidationError(
+            f"{source!r} is the pod directory, which holds its private state; name a directory inside it",
+            where=where,
+            code="content_private",
+        )
+    for name in PRIVATE_STATE:
+        # As named and as resolved: a private file that is a link to somewhere else exposes where it leads.
+        for private in dict.fromkeys((pod_dir / name, (pod_dir / name).resolve())):
+            if resolved == private or private in resolved.parents or resolved in private.parents:
+                raise ValidationError(
+                    f"{source!r} exposes the pod's private state ({name}); name a directory apart from it",
+                    where=where,
+                    code="content_private",
+                )
 
 
 def _check_shared_env(templates: tuple[Template, ...]) -> None:
@@ -563,6 +604,7 @@ def _check_shared_env(templates: tuple[Template, ...]) -> None:
 
 __all__ = [
     "POD_FILE",
+    "PRIVATE_STATE",
     "Content",
     "Home",
     "Limits",

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 from clawstack.common.clock import format_timestamp, parse_timestamp
 from clawstack.common.files import ensure_private_dir
 from clawstack.common.ids import secrets_equal
+from clawstack.common.sqlite import DatabaseError, create_private_file
 from clawstack.proxy.errors import ConflictError, ProxyError
 
 IDENTITY_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -130,13 +131,15 @@ class IdentityStore:
 
     def open(self) -> None:
         ensure_private_dir(self._directory)
+        path = self._directory / "identities.sqlite3"
         try:
-            db = sqlite3.connect(self._directory / "identities.sqlite3", isolation_level=None, check_same_thread=False)
+            create_private_file(path)  # 0600 from the start, and so its -wal and -shm
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
             db.execute(_SCHEMA)
             rows = db.execute("SELECT * FROM identities").fetchall()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, DatabaseError) as exc:
             raise ProxyError("the identity store cannot be opened", code="identity_store_unavailable") from exc
         self._db = db
         self._cache = {row[0]: _from_row(row) for row in rows}

@@ -101,7 +101,7 @@ class ProxyServer:
         app = web.Application(middlewares=[_errors], client_max_size=self.config.routing.max_request_bytes)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/v1/health", self._worker_health)
         return app
 
     def _identity(self, request: web.Request) -> Any:
@@ -112,6 +112,10 @@ class ProxyServer:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response(self.service.health())
+
+    async def _worker_health(self, request: web.Request) -> web.Response:
+        """Liveness only: unauthenticated, so it tells a worker nothing of the pod (its runs, its keys)."""
+        return web.json_response({"status": "ok"})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         identity = self._identity(request)

@@ -1,13 +1,16 @@
 """The client library of the supervisor's API: :class:`RunsClient` (synchronous, on httpx; the ``claw runs``
 commands use it) and :class:`AsyncRunsClient` (asyncio, on aiohttp), with the same methods.
 
-Every call verifies the socket directory and the server's peer UID (:mod:`clawstack.common.uds`). Refusals come
-back as :class:`~clawstack.runs.errors.RunsError` with the server's code.
+Every call verifies the socket directory and the server's peer UID (:mod:`clawstack.common.uds`), the UID before
+any byte of a request is sent. Every ``installation``, ``run_id``, ``home`` and deliverable name is checked against
+the server's own patterns before a path is built from it: one outside them is refused here, ``request_invalid``,
+and nothing is sent. Refusals come back as :class:`~clawstack.runs.errors.RunsError` with the server's code.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,10 @@ import httpx
 from clawstack.common.clock import format_timestamp
 from clawstack.common.digest import spec_digest
 from clawstack.common.uds import AsyncUnixClient, UnixResponse, sync_client
+from clawstack.runs.backends.base import INSTALLATION, RUN_ID
+from clawstack.runs.deliverables import NAME as DELIVERABLE_NAME
 from clawstack.runs.errors import RunsError
+from clawstack.runs.homes import HOME_ID
 
 
 class RunsClient:
@@ -61,7 +67,7 @@ class RunsClient:
         self, installation: str, run_id: str, *, wait: str | None = None, timeout_s: float | None = None
     ) -> dict[str, Any]:
         params = _wait_params(wait, timeout_s)
-        return self._call("GET", f"/v1/runs/{installation}/{run_id}", params=params).json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/v1/runs/{_run(installation, run_id)}", params=params).json()  # type: ignore[no-any-return]
 
     def cancel(
         self,
@@ -74,13 +80,13 @@ class RunsClient:
     ) -> dict[str, Any]:
         return self._call(  # type: ignore[no-any-return]
             "POST",
-            f"/v1/runs/{installation}/{run_id}/cancel",
+            f"/v1/runs/{_run(installation, run_id)}/cancel",
             body={"generation": generation},
             params=_wait_params(wait, timeout_s),
         ).json()
 
     def result(self, installation: str, run_id: str) -> tuple[str, bool]:
-        response = self._call("GET", f"/v1/runs/{installation}/{run_id}/result")
+        response = self._call("GET", f"/v1/runs/{_run(installation, run_id)}/result")
         return response.text, response.headers.get("X-Claw-Result-Truncated") == "true"
 
     def list_runs(
@@ -102,19 +108,19 @@ class RunsClient:
 
     def home(self, installation: str, home: str) -> dict[str, Any]:
         """``GET /v1/homes/{installation}/{home}``: whether it exists and which run reserves it."""
-        return self._call("GET", f"/v1/homes/{installation}/{quote(home)}").json()  # type: ignore[no-any-return]
+        return self._call("GET", f"/v1/homes/{_home(installation, home)}").json()  # type: ignore[no-any-return]
 
     def delete_home(self, installation: str, home: str) -> dict[str, Any]:
         """``DELETE /v1/homes/{installation}/{home}`` (``home_busy`` while a run reserves it)."""
-        return self._call("DELETE", f"/v1/homes/{installation}/{quote(home)}").json()  # type: ignore[no-any-return]
+        return self._call("DELETE", f"/v1/homes/{_home(installation, home)}").json()  # type: ignore[no-any-return]
 
     def deliverables(self, installation: str, home: str) -> dict[str, Any]:
-        path = f"/v1/homes/{installation}/{quote(home)}/deliverables"
+        path = f"/v1/homes/{_home(installation, home)}/deliverables"
         return self._call("GET", path).json()  # type: ignore[no-any-return]
 
     def deliverable(self, installation: str, home: str, name: str, *, sha256: str | None = None) -> dict[str, Any]:
         """One deliverable, base64 in JSON; with ``sha256``, ``deliverable_changed`` if it changed since."""
-        path = f"/v1/homes/{installation}/{quote(home)}/deliverables/{quote(name)}"
+        path = f"/v1/homes/{_home(installation, home)}/deliverables/{_deliverable(name)}"
         params = None if sha256 is None else {"sha256": sha256}
         return self._call("GET", path, params=params).json()  # type: ignore[no-any-return]
 
@@ -157,7 +163,7 @@ class AsyncRunsClient:
     async def status(
         self, installation: str, run_id: str, *, wait: str | None = None, timeout_s: float | None = None
     ) -> dict[str, Any]:
-        path = f"/v1/runs/{installation}/{run_id}{_query(wait, timeout_s)}"
+        path = f"/v1/runs/{_run(installation, run_id)}{_query(wait, timeout_s)}"
         return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
 
     async def cancel(
@@ -169,11 +175,11 @@ class AsyncRunsClient:
         wait: str | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        path = f"/v1/runs/{installation}/{run_id}/cancel{_query(wait, timeout_s)}"
+        path = f"/v1/runs/{_run(installation, run_id)}/cancel{_query(wait, timeout_s)}"
         return (await self._call("POST", path, {"generation": generation})).json()  # type: ignore[no-any-return]
 
     async def result(self, installation: str, run_id: str) -> tuple[str, bool]:
-        response = await self._call("GET", f"/v1/runs/{installation}/{run_id}/result")
+        response = await self._call("GET", f"/v1/runs/{_run(installation, run_id)}/result")
         return response.body.decode("utf-8"), response.headers.get("X-Claw-Result-Truncated") == "true"
 
     async def list_runs(
@@ -195,22 +201,41 @@ class AsyncRunsClient:
         return (await self._call("GET", "/v1/health")).json()  # type: ignore[no-any-return]
 
     async def home(self, installation: str, home: str) -> dict[str, Any]:
-        return (await self._call("GET", f"/v1/homes/{installation}/{quote(home)}")).json()  # type: ignore[no-any-return]
+        return (await self._call("GET", f"/v1/homes/{_home(installation, home)}")).json()  # type: ignore[no-any-return]
 
     async def delete_home(self, installation: str, home: str) -> dict[str, Any]:
-        path = f"/v1/homes/{installation}/{quote(home)}"
+        path = f"/v1/homes/{_home(installation, home)}"
         return (await self._call("DELETE", path)).json()  # type: ignore[no-any-return]
 
     async def deliverables(self, installation: str, home: str) -> dict[str, Any]:
-        path = f"/v1/homes/{installation}/{quote(home)}/deliverables"
+        path = f"/v1/homes/{_home(installation, home)}/deliverables"
         return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
 
     async def deliverable(
         self, installation: str, home: str, name: str, *, sha256: str | None = None
     ) -> dict[str, Any]:
-        path = f"/v1/homes/{installation}/{quote(home)}/deliverables/{quote(name)}"
+        path = f"/v1/homes/{_home(installation, home)}/deliverables/{_deliverable(name)}"
         path += "" if sha256 is None else "?" + urlencode({"sha256": sha256})
         return (await self._call("GET", path)).json()  # type: ignore[no-any-return]
+
+
+def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise RunsError("request_invalid", f"the {what} is outside its pattern; nothing was sent")
+    return value
+
+
+def _run(installation: str, run_id: str) -> str:
+    """``{installation}/{run_id}`` for a path, each checked against the server's pattern first."""
+    return f"{_checked(installation, INSTALLATION, 'installation')}/{_checked(run_id, RUN_ID, 'run_id')}"
+
+
+def _home(installation: str, home: str) -> str:
+    return f"{_checked(installation, INSTALLATION, 'installation')}/{_checked(home, HOME_ID, 'home')}"
+
+
+def _deliverable(name: str) -> str:
+    return quote(_checked(name, DELIVERABLE_NAME, "deliverable name"))
 
 
 def _launch_body(

@@ -33,6 +33,13 @@ class RunFiles:
         self.root = paths.runs
         self._admitted: dict[str, dict[str, Any]] = {}
 
+    def _private_parent(self, path: Path) -> None:
+        """Make every directory from the root down to ``path``'s parent 0700 as it is created: a missing level made
+        by ``mkdir -p`` would get the umask's mode (``secrets/``, ``results/``)."""
+        directory = ensure_private_dir(self.root)
+        for part in path.parent.relative_to(self.root).parts:
+            directory = ensure_private_dir(directory / part)
+
     # -- admitted templates --------------------------------------------------------------------------------------
 
     def _admitted_path(self, template_id: str) -> Path:
@@ -43,7 +50,7 @@ class RunFiles:
         if template["id"] in self._admitted:
             return
         path = self._admitted_path(template["id"])
-        ensure_private_dir(path.parent)
+        self._private_parent(path)
         if not path.exists():
             write_private(path, json.dumps(template).encode())
         self._admitted[template["id"]] = template
@@ -63,7 +70,7 @@ class RunFiles:
 
     def store_result(self, record: RunRecord, text: bytes) -> None:
         path = self.result_path(record)
-        ensure_private_dir(path.parent)
+        self._private_parent(path)
         write_private(path, text)
 
     def read_result(self, record: RunRecord) -> bytes:
@@ -76,7 +83,7 @@ class RunFiles:
 
     def store_credential(self, record: RunRecord, credential: str) -> None:
         path = self._secret(record, "credential")
-        ensure_private_dir(path.parent)
+        self._private_parent(path)
         write_private(path, credential.encode())
 
     def read_credential(self, record: RunRecord) -> str | None:
@@ -93,7 +100,7 @@ class RunFiles:
             return str(json.loads(read_private(path, max_bytes=4096))["secret"])
         except (OSError, ClawError, ValueError, KeyError):
             pass
-        ensure_private_dir(path.parent)
+        self._private_parent(path)
         secret = new_secret(32)
         write_private(path, json.dumps({"secret": secret}).encode())
         return secret

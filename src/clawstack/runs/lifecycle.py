@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from clawstack.common.clock import format_timestamp, parse_timestamp
@@ -31,7 +31,7 @@ from clawstack.common.errors import ClawError
 from clawstack.pod.errors import PodError
 from clawstack.proxy.errors import ProxyError
 from clawstack.proxy.identities import ChainEntry
-from clawstack.runs.backends.base import RunLabels, TaskHome, WorkerSpec
+from clawstack.runs.backends.base import ContentMount, RunLabels, TaskHome, WorkerSpec
 from clawstack.runs.ledger import RunRecord
 from clawstack.worker.contract import WorkerConfig, extract_answer
 from clawstack.worker.home_contract import read_home_exit
@@ -45,9 +45,9 @@ RETRY_INITIAL_S: Final = 0.5
 RETRY_MAX_S: Final = 30.0
 LOST_EXIT: Final = 255
 """The exit a worker is read as when none was observed (it vanished): never a success."""
-METER_START_S: Final = 30.0
-"""How long a task-home run's meter may take to report its first measure before the run ends
-``home_meter_unavailable``."""
+METER_SILENCE_S: Final = 30.0
+"""How long a task-home run's meter may go without a new measure (the first one counted from the worker's start)
+before the run ends ``home_meter_unavailable``; the supervisor's ``meter_silence_s``."""
 
 
 def identity_id(record: RunRecord) -> str:
@@ -62,6 +62,7 @@ class RunDriver:
         self.sup = supervisor
         self.key = key
         self.wake = asyncio.Event()
+        self._meter: tuple[int | None, datetime] | None = None  # the meter's last seq seen, and since when
 
     async def run(self) -> None:
         retry = RETRY_INITIAL_S
@@ -209,7 +210,17 @@ class RunDriver:
             path=self.sup.homes.ensure(record.installation, record.home),
             mount=settings["mount"],
             max_bytes=int(settings["max_bytes"]),
-            content=tuple((self.sup.paths.pod / c["source"], c["target"]) for c in template.get("content", [])),
+            content=tuple(
+                ContentMount(
+                    pod=self.sup.paths.pod,
+                    source=c["source"],
+                    target=c["target"],
+                    # A template compiled without pins matches no file: its spawn is refused, content_changed.
+                    device=int(c.get("device", -1)),
+                    inode=int(c.get("inode", -1)),
+                )
+                for c in template.get("content", [])
+            ),
             subnet=record.subnet,
             helper_image_id=(template.get("runner") or {}).get("helper_image_id"),
         )
@@ -245,8 +256,7 @@ class RunDriver:
             # The watchdog ends the run through the normal revocation and teardown, whatever the worker does.
             self.sup.save(record, state="revoking", failure=state.home_meter)
             return True
-        started = None if record.started_at is None else parse_timestamp(record.started_at)
-        if state.home_meter == "pending" and started is not None and now >= started + timedelta(seconds=METER_START_S):
+        if state.home_meter is not None and self._meter_silent(record, state.home_meter_seq, now):
             self.sup.save(record, state="revoking", failure="home_meter_unavailable")
             return True
         if state.exit_code is not None or (not state.running and state.exists):
@@ -263,6 +273,18 @@ class RunDriver:
             return True
         await self._sleep(self.sup.backend.watch_interval_s)
         return False
+
+    def _meter_silent(self, record: RunRecord, seq: int | None, now: datetime) -> bool:
+        """Whether the run's meter has gone the supervisor's ``meter_silence_s`` without a new measure: counted
+        from the last new one this driver saw or, before its first, from the worker's start (a restarted
+        supervisor counts a meter that already reported from its own first look)."""
+        seen = self._meter
+        if seen is None or seen[0] != seq:
+            since = now
+            if seen is None and seq is None and record.started_at is not None:
+                since = min(now, parse_timestamp(record.started_at))
+            seen = self._meter = (seq, since)
+        return now - seen[1] >= timedelta(seconds=self.sup.meter_silence_s)
 
     def _record_exit(
         self, record: RunRecord, exit_code: int | None, stdout: bytes, truncated: bool, timed_out: bool
@@ -326,4 +348,4 @@ class RunDriver:
         return True
 
 
-__all__ = ["RunDriver", "identity_id"]
+__all__ = ["METER_SILENCE_S", "RunDriver", "identity_id"]

@@ -46,7 +46,7 @@ from clawstack.runs.errors import RunsError
 from clawstack.runs.files import RunFiles
 from clawstack.runs.homes import HOME_OWNER_UID, Homes
 from clawstack.runs.ledger import ORDER, Ledger, RunRecord
-from clawstack.runs.lifecycle import RunDriver
+from clawstack.runs.lifecycle import METER_SILENCE_S, RunDriver
 from clawstack.runs.listing import parse_query, split_page
 from clawstack.runs.proxylink import IDENTITY_GRACE, ProxyLink, identity_expiry
 from clawstack.runs.status import run_status, tombstone_status
@@ -87,6 +87,7 @@ class Supervisor:
         heartbeat_s: float = 60.0,
         proxy: ProxyLink | None = None,
         identity_grace: timedelta = IDENTITY_GRACE,
+        meter_silence_s: float = METER_SILENCE_S,
     ) -> None:
         self.paths = PodPaths(pod_dir.resolve())
         self.backend = backend
@@ -94,6 +95,7 @@ class Supervisor:
         self.callback_origin = callback_origin
         self.proxy = proxy or ProxyLink(self.paths)
         self.identity_grace = identity_grace
+        self.meter_silence_s = meter_silence_s  # a task-home run's meter silent this long ends the run
         self.ledger = Ledger(self.paths.runs)
         self.files = RunFiles(self.paths)
         self.homes = Homes(self.paths.homes, owner_uid=HOME_OWNER_UID if os.geteuid() == 0 else None)

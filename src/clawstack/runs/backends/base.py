@@ -8,13 +8,18 @@ the supervisor can find them after a restart, and they outlive the supervisor.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypedDict
 
 from clawstack.common.errors import ClawError
+from clawstack.common.files import fsync_dir
+from clawstack.runs.backends.monitor import MonitorError, open_pinned
 from clawstack.worker.contract import MAX_CONFIG_BYTES
 
 INSTALLATION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -44,6 +49,9 @@ METER_OUT_DIR: Final = "meter-out"
 """Where a task-home run's meter writes its measures, in the run's directory of either backend."""
 METER_RECORD: Final = "meter.json"
 MeterVerdict = Literal["ok", "pending", "home_full", "home_meter_unavailable"]
+INVALID_MEASURE: Final = {"verdict": "home_meter_unavailable"}
+"""What a meter's measure counts as when its file is no measure (a link, a FIFO, an oversized or malformed file):
+the meter failed, and the run ends ``home_meter_unavailable``."""
 
 
 def meter_verdict(measured: Mapping[str, Any] | None, running: bool | None) -> MeterVerdict:
@@ -61,16 +69,50 @@ def meter_verdict(measured: Mapping[str, Any] | None, running: bool | None) -> M
     return "ok" if verdict == "ok" else "pending"
 
 
+def meter_seq(measured: Mapping[str, Any] | None) -> int | None:
+    """The sequence number of a meter's measure (``None`` when there is none, or it is not a whole number): a
+    meter that is alive but stuck keeps writing nothing new, and only a moving ``seq`` shows it still measures."""
+    seq = None if measured is None else measured.get("seq")
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentMount:
+    """A template's read-only reference mount: ``source`` relative to the ``pod`` directory, resolved at ``claw up``
+    and pinned there by its ``device`` and ``inode``; a spawn refuses it (``content_changed``) if it is not that
+    file any more, and never follows a link below the pod directory."""
+
+    pod: Path
+    source: str
+    target: str
+    device: int
+    inode: int
+
+    @property
+    def path(self) -> Path:
+        return self.pod / self.source
+
+
+def check_content(content: Sequence[ContentMount], error: type[ClawError]) -> None:
+    """Refuse (``content_changed``, permanent) a content source that is not the file ``claw up`` pinned: a link
+    anywhere below the pod directory, or another file or directory in its place."""
+    for mount in content:
+        try:
+            os.close(open_pinned(str(mount.pod), mount.source, mount.device, mount.inode))
+        except MonitorError as exc:
+            raise error(exc.message, code=exc.code) from None
+
+
 @dataclass(frozen=True, slots=True)
 class TaskHome:
     """A task-home run's home: the host directory, where the worker sees it, what the meter allows, the
-    read-only ``content`` mounts ``(host source, target)`` resolved at ``claw up``, and (compose) the address
+    read-only ``content`` mounts resolved and pinned at ``claw up``, and (compose) the address
     block of the run's own network."""
 
     path: Path
     mount: str
     max_bytes: int
-    content: tuple[tuple[Path, str], ...] = ()
+    content: tuple[ContentMount, ...] = ()
     subnet: str | None = None  # compose: the address block of the run's own network
     helper_image_id: str | None = None  # compose: the image its forwarder and meter run (clawstack/worker)
 
@@ -109,6 +151,9 @@ class WorkerState:
     home_meter: MeterVerdict | None = None
     """A task-home run's meter: ``pending`` until its first measure, then its verdict; a meter that is gone or
     failed is ``home_meter_unavailable``. ``None`` for a stateless run."""
+    home_meter_seq: int | None = None
+    """The ``seq`` of the meter's last measure, which counts up with every measure (``None`` before the first):
+    the supervisor ends a run whose meter stops counting (:func:`meter_seq`)."""
 
 
 class Backend(Protocol):
@@ -165,6 +210,29 @@ def check_labels(labels: RunLabels, error: type[ClawError]) -> None:
         raise error("run_id must match [A-Za-z0-9_-]{1,128}", code="labels_invalid")
 
 
+def fresh_meter_out(out_dir: Path, uid: int | None) -> None:
+    """Make the meter's output directory anew (0700, handed to ``uid`` when given) for a meter about to start.
+
+    A retried spawn finds the directory an earlier attempt handed over, owned by the meter's uid and holding
+    whatever ran as that uid left there (links, FIFOs, subdirectories): none of it is trusted or kept. The
+    directory is removed without following a link in it and made again; its name cannot have been swapped, as it
+    lies in the run's directory, which is the supervisor's own (0700)."""
+    try:
+        found = os.lstat(out_dir)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISDIR(found.st_mode):
+            shutil.rmtree(out_dir)  # fd-based on Linux: a link inside is removed, never followed
+        else:
+            os.unlink(out_dir)
+    os.mkdir(out_dir, 0o700)
+    os.chmod(out_dir, 0o700)  # exactly, whatever the umask
+    if uid is not None:
+        os.chown(out_dir, uid, uid)
+    fsync_dir(out_dir.parent)
+
+
 def check_limits(spec: WorkerSpec, error: type[ClawError]) -> None:
     """The limits and the task of ``spec`` are usable (``error`` with code ``spec_invalid`` otherwise)."""
     for name in ("memory_bytes", "pids", "max_runtime_s"):
@@ -188,11 +256,13 @@ def check_limits(spec: WorkerSpec, error: type[ClawError]) -> None:
 
 __all__ = [
     "INSTALLATION",
+    "INVALID_MEASURE",
     "MAX_ARGUMENT_BYTES",
     "METER_OUT_DIR",
     "METER_RECORD",
     "RUN_ID",
     "Backend",
+    "ContentMount",
     "Isolation",
     "IsolationReport",
     "MeterVerdict",
@@ -200,7 +270,10 @@ __all__ = [
     "TaskHome",
     "WorkerSpec",
     "WorkerState",
+    "check_content",
     "check_labels",
     "check_limits",
+    "fresh_meter_out",
+    "meter_seq",
     "meter_verdict",
 ]

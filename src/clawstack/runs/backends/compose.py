@@ -43,6 +43,7 @@ import asyncio
 import dataclasses
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -56,6 +57,7 @@ import docker.errors
 from clawstack.common.files import ensure_private_dir, fsync_dir, write_private
 from clawstack.pod.netguard import RunsNetwork
 from clawstack.runs.backends.base import (
+    INVALID_MEASURE,
     METER_OUT_DIR,
     METER_RECORD,
     Isolation,
@@ -64,8 +66,11 @@ from clawstack.runs.backends.base import (
     RunLabels,
     WorkerSpec,
     WorkerState,
+    check_content,
     check_labels,
     check_limits,
+    fresh_meter_out,
+    meter_seq,
     meter_verdict,
 )
 from clawstack.runs.backends.compose_home import ENFORCED as HOME_ENFORCED
@@ -85,7 +90,7 @@ from clawstack.runs.backends.compose_project import (
     project_name,
     render_project,
 )
-from clawstack.runs.backends.monitor import read_json
+from clawstack.runs.backends.monitor import RecordInvalid, read_json
 from clawstack.worker.container import wrapper_digest
 from clawstack.worker.contract import WorkerConfigError, parse_worker_config
 
@@ -100,6 +105,9 @@ ENFORCED: Final = (*CONTAINER_ENFORCED, "no_mounts", "runs_network_only", "host_
 _PROJECT_FILE: Final = "project.yml"  # not a name Compose picks up by itself from its working directory
 _CONFIG_SECRET: Final = "config.secret"  # noqa: S105 - a file name
 _LOCK_FILE: Final = "lock"
+COMPOSE_PROJECT_LABEL: Final = "com.docker.compose.project"
+"""The label Compose puts on every container it creates: the project that container belongs to."""
+_PROJECT_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,127}")
 _SDK_TIMEOUT_S: Final = 30
 
 ClientFactory = Callable[[], "docker.DockerClient"]
@@ -328,6 +336,9 @@ class ComposeBackend:
             raise ComposeBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
         if spec.image_id is None or not self._image_present(spec.image_id):
             raise SpawnError("the template's pinned image is not in the engine", code="image_mismatch")
+        if spec.home is not None:
+            # Docker resolves a bind's source itself: check the pins as close to compose up as we can.
+            check_content(spec.home.content, SpawnError)
         run_dir = self.run_dir(spec.labels)
         ensure_private_dir(self._state_dir)
         ensure_private_dir(run_dir.parent)
@@ -367,10 +378,10 @@ class ComposeBackend:
         assert home is not None
         if home.helper_image_id is None or not self._image_present(home.helper_image_id):
             raise SpawnError("the forwarder's and meter's pinned image is not in the engine", code="image_mismatch")
-        out = run_dir / METER_OUT_DIR
-        ensure_private_dir(out)
-        if os.geteuid() == 0:
-            os.chown(out, WORKER_UID, WORKER_UID)
+        if not self._find(spec.labels, role="meter"):
+            # A retried spawn finds the directory an earlier attempt handed over: made anew, never trusted. A meter
+            # an earlier ``up`` started keeps it (``--no-recreate`` keeps that container and its bind).
+            fresh_meter_out(run_dir / METER_OUT_DIR, WORKER_UID if os.geteuid() == 0 else None)
         self._home_guard(home_network(spec.labels))
         try:
             config = parse_worker_config(spec.config.decode("utf-8", "surrogateescape"))
@@ -395,9 +406,10 @@ class ComposeBackend:
         timeout_s: float,
         extra_env: Mapping[str, str] | None = None,
         writer_lock_fd: int | None = None,
+        project: str | None = None,
     ) -> None:
         run_dir = self.run_dir(labels)
-        argv = [*self._compose, "--project-name", project_name(labels)]
+        argv = [*self._compose, "--project-name", project or project_name(labels)]
         if args[0] == "up":
             # Only up reads the file: down finds the project by its name, and would otherwise need the task and
             # the configuration again to interpolate a file it does not use.
@@ -447,6 +459,8 @@ class ComposeBackend:
             )
         state = attrs.get("State") or {}
         status = state.get("Status")
+        verdict = self._meter_verdict(labels)
+        meter: dict[str, Any] = {} if verdict is None else {"home_meter": verdict[0], "home_meter_seq": verdict[1]}
         if status in ("created", "running", "restarting", "paused", "removing"):
             return WorkerState(
                 exists=True,
@@ -455,7 +469,7 @@ class ComposeBackend:
                 timed_out=False,
                 stdout=b"",
                 stdout_truncated=False,
-                home_meter=self._meter_verdict(labels),
+                **meter,
             )
         # An exit code is only ever read together with the output, once the container has ended.
         limit = _output_limit(attrs)
@@ -467,22 +481,26 @@ class ComposeBackend:
             timed_out=False,
             stdout=stdout,
             stdout_truncated=truncated,
-            home_meter=self._meter_verdict(labels),
+            **meter,
         )
 
-    def _meter_verdict(self, labels: RunLabels) -> MeterVerdict | None:
-        """A task-home run's meter: its last measure, and whether its container still runs."""
+    def _meter_verdict(self, labels: RunLabels) -> tuple[MeterVerdict, int | None] | None:
+        """A task-home run's meter: its verdict from its last measure and whether its container still runs, and
+        that measure's ``seq``."""
         out = self.run_dir(labels) / METER_OUT_DIR
         if not out.is_dir():
             return None  # a stateless run
         try:
             measured = read_json(out / METER_RECORD)
-        except (OSError, ValueError) as exc:
+        except RecordInvalid:
+            measured = INVALID_MEASURE  # the meter wrote something that is no measure: it failed
+        except OSError as exc:
             raise ComposeBackendError(
                 "the meter's measure could not be read", code="docker_unavailable", retryable=True
             ) from exc
         meters = self._find(labels, role="meter")
-        return meter_verdict(measured, bool(meters) and all(m.get("State") == "running" for m in meters))
+        running = bool(meters) and all(m.get("State") == "running" for m in meters)
+        return meter_verdict(measured, running), meter_seq(measured)
 
     # -- remove ---------------------------------------------------------------------------------------------------
 
@@ -497,12 +515,14 @@ class ComposeBackend:
             self._down(labels, writer_lock_fd=writer_lock_fd)
 
     def _down(self, labels: RunLabels, *, writer_lock_fd: int | None) -> None:
-        if self._find(labels, role=None):
+        found = self._find(labels, role=None)
+        for project in _projects(labels, found):
             self._run_compose(
                 labels,
                 ["down", "--timeout", "0", "--remove-orphans"],
                 timeout_s=self._down_timeout_s,
                 writer_lock_fd=writer_lock_fd,
+                project=project,
             )
         self._containers.pop(labels, None)
         if self._find(labels, role=None):  # its worker, and a task-home run's forwarder and meter
@@ -517,7 +537,8 @@ class ComposeBackend:
     # -- list -----------------------------------------------------------------------------------------------------
 
     def _list_workers(self) -> list[RunLabels]:
-        wanted = [f"{LABEL_POD}={self._pod}", f"{LABEL_ROLE}=worker"]
+        # Every container of a run counts: a task-home run's forwarder or meter outliving its worker too.
+        wanted = [f"{LABEL_POD}={self._pod}", LABEL_RUN]
         found: list[dict[str, Any]] = self._read(
             lambda client: client.api.containers(all=True, filters={"label": wanted})
         )
@@ -532,6 +553,16 @@ class ComposeBackend:
                 )
             )
         return sorted(set(workers), key=lambda w: (w.installation, w.run_id))
+
+
+def _projects(labels: RunLabels, containers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The Compose projects that hold the run's containers, by the project each container carries (a worker of
+    another build, or of a pod renamed since, is still removed through Compose); none without a container."""
+    carried = {str((c.get("Labels") or {}).get(COMPOSE_PROJECT_LABEL, "")) for c in containers}
+    named = sorted(name for name in carried if _PROJECT_NAME.fullmatch(name))
+    if containers and len(named) < len(carried):
+        named.append(project_name(labels))  # a container without a usable project label: try the run's own
+    return sorted(set(named))
 
 
 def _output_limit(attrs: Mapping[str, Any]) -> int:

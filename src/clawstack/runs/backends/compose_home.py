@@ -76,7 +76,7 @@ def render_home_project(
     source = escape(str(home.path))
     volumes: list[dict[str, Any]] = [{"type": "bind", "source": source, "target": home.mount}]
     volumes += [
-        {"type": "bind", "source": escape(str(src)), "target": dst, "read_only": True} for src, dst in home.content
+        {"type": "bind", "source": escape(str(c.path)), "target": c.target, "read_only": True} for c in home.content
     ]
     worker: dict[str, Any] = {
         **HARDENING,

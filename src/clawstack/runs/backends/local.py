@@ -58,6 +58,7 @@ from clawstack.pod.hermes import hermes_installation
 from clawstack.runs.backends import monitor as _monitor
 from clawstack.runs.backends.base import (
     INSTALLATION,
+    INVALID_MEASURE,
     METER_OUT_DIR,
     METER_RECORD,
     RUN_ID,
@@ -67,11 +68,15 @@ from clawstack.runs.backends.base import (
     RunLabels,
     WorkerSpec,
     WorkerState,
+    check_content,
     check_labels,
     check_limits,
+    fresh_meter_out,
+    meter_seq,
 )
 from clawstack.runs.backends.local_meter import METER_DIR, METER_INTERVAL_S, local_meter_verdict, meter_plan
 from clawstack.runs.backends.monitor import (
+    CONTENT_CHANGED,
     EXIT_RECORD,
     HOST_CONFIG_FILE,
     LOCK_FILE,
@@ -91,10 +96,12 @@ from clawstack.runs.backends.monitor import (
     Cgroups,
     LaunchPlan,
     ProcessId,
+    RecordInvalid,
     encode_launch,
     read_json,
 )
 from clawstack.sandbox import system_mounts
+from clawstack.sandbox.cgroups import Containment, Enforcement
 from clawstack.worker.contract import CONFIG_FILE_ENV, WorkerConfigError, parse_worker_config
 from clawstack.worker.home_contract import HERMES_SITE_ENV, HOME_ENV
 from clawstack.worker.meter import DEFAULT_MAX_ENTRIES
@@ -226,6 +233,7 @@ class LocalBackend:
         self._hermes_site = None if hermes_site is None else Path(hermes_site)
         self._meter_interval_s = meter_interval_s
         self._meter_max_entries = meter_max_entries
+        self._enforcement: Enforcement | None = None
 
     @property
     def isolation(self) -> Isolation:
@@ -239,21 +247,32 @@ class LocalBackend:
     @property
     def isolation_report(self) -> IsolationReport:
         """What a worker started now is held to: with bubblewrap, its own namespaces (no network but the proxy's
-        socket), a read-only view of the system, a private tmpfs ``/tmp``, memory and pids limits, and uid 65534
-        when the supervisor runs as root; without it, only the limits."""
+        socket), a read-only view of the system, a private tmpfs ``/tmp`` and uid 65534 when the supervisor runs
+        as root; with or without it, the memory and pids limits as they are really held (:func:`enforced_limits`:
+        the last monitor's report, else what a probe finds)."""
+        limits = enforced_limits(self._limit_enforcement())
         if self._bwrap is None:
-            return {"backend": "local", "mechanism": "none", "enforced": ["memory_limit", "pids_limit"]}
-        enforced = [
-            "namespaces",
-            "read_only_root",
-            "tmpfs_tmp",
-            "memory_limit",
-            "pids_limit",
-            "proxy_socket_only",
-        ]
+            return {"backend": "local", "mechanism": "none", "enforced": limits}
+        enforced = ["namespaces", "read_only_root", "tmpfs_tmp", *limits, "proxy_socket_only"]
         if os.geteuid() == 0:
             enforced.append("uid_65534")
         return {"backend": "local", "mechanism": "bubblewrap", "enforced": enforced}
+
+    def _limit_enforcement(self) -> Enforcement:
+        """How the last monitor held its worker's limits; before any, what containment a probe gets here (a
+        monitor is the supervisor's child, in its cgroup, so it gets the same)."""
+        if self._enforcement is None:
+            uid = SANDBOX_UID if self._bwrap is not None and os.geteuid() == 0 else None
+            probe = Containment.create(
+                f"claw-probe-{secrets.token_hex(4)}",
+                memory_bytes=1 << 30,
+                pids=256,
+                sandbox_uid=uid,
+                use_cgroups=self._use_cgroups,
+            )
+            probe.release()
+            self._enforcement = probe.enforcement
+        return self._enforcement
 
     @property
     def home_isolation_report(self) -> IsolationReport:
@@ -322,6 +341,8 @@ class LocalBackend:
         if self._pod is not None and spec.labels.pod != self._pod:
             raise LocalBackendError(f"this backend serves pod {self._pod!r} only", code="labels_invalid")
         run_dir = self.run_dir(spec.labels)
+        if spec.home is not None:
+            check_content(spec.home.content, SpawnError)
         ensure_private_dir(self._state_dir)
         ensure_private_dir(run_dir.parent)
         lock = self._lock(run_dir, create=True)
@@ -402,7 +423,7 @@ class LocalBackend:
         if home is not None:
             # The home is the one persistent writable path; content and Hermes's code are read-only.
             binds.append(Bind(str(home.path), home.mount, writable=True))
-            binds += [Bind(str(source), target) for source, target in home.content]
+            binds += [Bind(c.source, c.target, anchor=str(c.pod), device=c.device, inode=c.inode) for c in home.content]
             binds.append(Bind(str(site), SANDBOX_HERMES_SITE))
             env |= {HOME_ENV: home.mount, HERMES_SITE_ENV: SANDBOX_HERMES_SITE}
         env |= {
@@ -427,16 +448,14 @@ class LocalBackend:
         """Start the run's home meter under a monitor of its own (:mod:`.local_meter`)."""
         meter_dir, out_dir = run_dir / METER_DIR, run_dir / METER_OUT_DIR
         ensure_private_dir(meter_dir)
-        ensure_private_dir(out_dir)
         lock = self._lock(meter_dir, create=True)
         assert lock is not None
         try:
             if (meter_dir / MONITOR_RECORD).exists() or (meter_dir / EXIT_RECORD).exists():
-                return
+                return  # an earlier attempt of this spawn started it: its output directory is its own now
             sandboxed = self._bwrap is not None
             uid = SANDBOX_UID if sandboxed and os.geteuid() == 0 else None
-            if uid is not None:
-                os.chown(out_dir, uid, uid)  # the meter writes its measures there, and nothing else
+            fresh_meter_out(out_dir, uid)  # the meter writes its measures there, and nothing else
             layout = _PythonLayout.current()
             plan = meter_plan(
                 spec,
@@ -455,19 +474,22 @@ class LocalBackend:
         finally:
             os.close(lock)
 
-    def _meter_verdict(self, run_dir: Path) -> MeterVerdict | None:
-        """What the run's meter says now; ``None`` for a run without one (a stateless run)."""
+    def _meter_verdict(self, run_dir: Path) -> tuple[MeterVerdict, int | None] | None:
+        """What the run's meter says now and the ``seq`` of its last measure; ``None`` for a run without one (a
+        stateless run)."""
         meter_dir = run_dir / METER_DIR
         if not meter_dir.is_dir():
             return None
         record, exited = self._records(meter_dir)
         try:
             measured = read_json(run_dir / METER_OUT_DIR / METER_RECORD)
-        except (OSError, ValueError) as exc:
+        except RecordInvalid:
+            measured = INVALID_MEASURE  # the meter wrote something that is no measure: it failed
+        except OSError as exc:
             raise LocalBackendError(
                 "the meter's measure could not be read", code="state_unreadable", retryable=True
             ) from exc
-        return local_meter_verdict(record, exited, measured)
+        return local_meter_verdict(record, exited, measured), meter_seq(measured)
 
     @staticmethod
     def _host_config(spec: WorkerSpec) -> bytes:
@@ -519,8 +541,16 @@ class LocalBackend:
             os.close(ready_r)
         if answer is None:
             raise SpawnError("the worker did not report a start in time", retryable=True)
+        if answer.get("ok"):
+            with contextlib.suppress(ValueError):  # an older monitor's answer has none; the probe stands
+                self._enforcement = Enforcement.from_json(answer.get("enforcement")) or self._enforcement
+            return
         if not answer.get("ok"):
-            raise SpawnError(f"{answer.get('code', 'spawn_failed')}: {answer.get('message', 'see monitor.log')}")
+            code = answer.get("code", "spawn_failed")
+            raise SpawnError(
+                f"{code}: {answer.get('message', 'see monitor.log')}",
+                code=CONTENT_CHANGED if code == CONTENT_CHANGED else None,
+            )
 
     # -- inspect ----------------------------------------------------------------------------------------------
 
@@ -528,7 +558,7 @@ class LocalBackend:
         run_dir = self.run_dir(labels)
         state = self._worker_state(run_dir)
         meter = self._meter_verdict(run_dir) if state.exists else None
-        return state if meter is None else dataclasses.replace(state, home_meter=meter)
+        return state if meter is None else dataclasses.replace(state, home_meter=meter[0], home_meter_seq=meter[1])
 
     def _worker_state(self, run_dir: Path) -> WorkerState:
         record, exited = self._records(run_dir)
@@ -659,6 +689,16 @@ class LocalBackend:
                     continue
                 found.append(RunLabels(pod=pod, installation=installation.name, run_id=run.name))
         return found
+
+
+def enforced_limits(enforcement: Enforcement) -> list[str]:
+    """The ``isolation.enforced`` names of a worker's limits: ``memory_limit`` and ``pids_limit`` for limits its
+    cgroups hold on the whole sandbox; ``memory_rlimit`` when only ``RLIMIT_AS`` bounds each process, and
+    ``pids_rlimit`` when ``RLIMIT_NPROC`` bounds the processes of the sandbox's own uid (65534, shared by every
+    worker under it); nothing for a limit that nothing holds."""
+    names = {"cgroup-v1": "limit", "cgroup-v2": "limit", "rlimit": "rlimit"}
+    found = [] if enforcement.memory is None else [f"memory_{names[enforcement.memory]}"]
+    return found + ([] if enforcement.pids is None else [f"pids_{names[enforcement.pids]}"])
 
 
 def _fd_args(launch: int, ready: int, lock: int, writer_lock: int | None) -> list[str]:

@@ -4,13 +4,15 @@ Why a process of its own: workers outlive the supervisor and are re-adopted afte
 cannot be the supervisor's child (bubblewrap's ``--die-with-parent`` would take it down with the supervisor,
 and nobody else could collect its exit status). ``LocalBackend.spawn`` runs this file as a script
 (``python -P monitor.py``: the supervisor's package stays unloaded, and this module imports nothing from
-clawstack but :mod:`clawstack.sandbox.spec`, which needs only the standard library and is loaded by its path, to
-keep one monitor per worker small); it forks once more so that init adopts it, and then:
+clawstack but :mod:`clawstack.sandbox.spec` and :mod:`clawstack.sandbox.cgroups`, which need only the standard
+library and are loaded by their paths, to keep one monitor per worker small); it forks once more so that init
+adopts it, and then:
 
 1. reads its :class:`LaunchPlan`, the task and the runner's configuration from a memory file descriptor (none
    of them is in its argv or environment; the configuration reaches the sandbox by another descriptor);
-2. creates the run's cgroups (memory and pids, v1 or v2, nested under its own) where the host lets it, else
-   falls back to ``RLIMIT_AS``/``RLIMIT_NPROC``;
+2. contains the run (:class:`~clawstack.sandbox.cgroups.Containment`): memory and pids cgroups (v1 or v2,
+   nested under its own) where the host lets it, else ``RLIMIT_AS``, and ``RLIMIT_NPROC`` when the sandbox
+   has a uid of its own;
 3. writes the :data:`MONITOR_RECORD` (its pid and start time from ``/proc``, so that a recycled pid is never
    mistaken for it) while it still holds the run's lock, which the spawner handed over;
 4. starts the sandbox (see :func:`bwrap_argv`), as root first staging what the sandbox binds in a private
@@ -29,6 +31,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
+import errno
 import importlib
 import importlib.util
 import json
@@ -47,27 +50,32 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 
-def _sandbox_spec() -> ModuleType:
-    """:mod:`clawstack.sandbox.spec`, which imports only the standard library: imported as usual inside the
-    supervisor, loaded by its file path when this file runs as the monitor, so that the monitor does not load
-    :mod:`clawstack.common` (the HTTP stack) with the package."""
-    name = "clawstack.sandbox.spec"
-    if __name__ != "__main__" or name in sys.modules:
-        return importlib.import_module(name)
-    location = Path(__file__).resolve().parents[2] / "sandbox" / "spec.py"
-    found = importlib.util.spec_from_file_location(name, location)
+def _sandbox_module(name: str) -> ModuleType:
+    """``clawstack.sandbox.<name>`` (:mod:`~clawstack.sandbox.spec` or :mod:`~clawstack.sandbox.cgroups`, which
+    import only the standard library): imported as usual inside the supervisor, loaded by its file path when this
+    file runs as the monitor, so that the monitor does not load :mod:`clawstack.common` (the HTTP stack) with the
+    package."""
+    qualified = f"clawstack.sandbox.{name}"
+    if __name__ != "__main__" or qualified in sys.modules:
+        return importlib.import_module(qualified)
+    location = Path(__file__).resolve().parents[2] / "sandbox" / f"{name}.py"
+    found = importlib.util.spec_from_file_location(qualified, location)
     assert found is not None
     assert found.loader is not None
     module = importlib.util.module_from_spec(found)
-    sys.modules[name] = module  # dataclasses look their module up by name
+    sys.modules[qualified] = module  # dataclasses look their module up by name
     found.loader.exec_module(module)
     return module
 
 
 if TYPE_CHECKING:
+    from clawstack.sandbox import cgroups as sandbox_cgroups
     from clawstack.sandbox import spec as sandbox_spec
+    from clawstack.sandbox.cgroups import Cgroups, Containment, Limits
 else:
-    sandbox_spec = _sandbox_spec()
+    sandbox_spec = _sandbox_module("spec")
+    sandbox_cgroups = _sandbox_module("cgroups")
+    Cgroups, Containment, Limits = sandbox_cgroups.Cgroups, sandbox_cgroups.Containment, sandbox_cgroups.Limits
 
 # --- the run directory -----------------------------------------------------------------------------------------
 
@@ -108,7 +116,6 @@ _DRAIN_S: Final = 2.0
 _READ_CHUNK: Final = 1 << 16
 
 SandboxIsolation = Literal["bubblewrap", "none"]
-Limits = Literal["cgroup-v1", "cgroup-v2", "rlimit"]
 
 
 class MonitorError(Exception):
@@ -188,160 +195,57 @@ def _comm(pid: int) -> str | None:
         return None
 
 
-# --- cgroups ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Cgroups:
-    """The run's cgroups: one directory per hierarchy (v1: memory and pids; v2: one)."""
-
-    version: Literal["v1", "v2"]
-    paths: tuple[str, ...]
-
-    @property
-    def limits(self) -> Limits:
-        return "cgroup-v1" if self.version == "v1" else "cgroup-v2"
-
-    def join(self, pid: int) -> None:
-        """Move ``pid`` into every one of the run's cgroups (before it forks anything)."""
-        for path in self.paths:
-            Path(path, "cgroup.procs").write_text(f"{pid}\n")
-
-    def pids(self) -> set[int]:
-        """Every process still in the run's cgroups."""
-        found: set[int] = set()
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                found.update(int(line) for line in Path(path, "cgroup.procs").read_text().split())
-        return found
-
-    def kill_all(self) -> None:
-        """SIGKILL everything in the run's cgroups (``cgroup.kill`` where the kernel has it)."""
-        for path in self.paths:
-            with contextlib.suppress(OSError):
-                Path(path, "cgroup.kill").write_text("1\n")
-        for pid in self.pids():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-    def remove(self) -> bool:
-        """Remove the run's cgroup directories; ``False`` while one still holds a process."""
-        done = True
-        for path in self.paths:
-            try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                done = False
-        return done
-
-    @classmethod
-    def from_json(cls, value: Any) -> Cgroups | None:
-        if not isinstance(value, dict):
-            return None
-        version = value["version"]
-        if version not in ("v1", "v2"):
-            raise ValueError("unknown cgroup version")
-        return cls(version, tuple(str(path) for path in value["paths"]))
-
-
-def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """``/proc/<pid>/cgroup``: the cgroup path per v1 controller, and under ``""`` the v2 path."""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        _, controllers, path = line.split(":", 2)
-        for controller in controllers.split(",") if controllers else [""]:
-            found[controller] = path
-    return found
-
-
-def parse_cgroup_mounts(text: str) -> list[tuple[str, str, set[str]]]:
-    """``/proc/<pid>/mountinfo``: ``(mount point, root, options)`` of every cgroup file system; the options name
-    a v1 hierarchy's controllers, or are ``{"cgroup2"}``."""
-    mounts: list[tuple[str, str, set[str]]] = []
-    for line in text.splitlines():
-        left, _, right = line.partition(" - ")
-        parts, kinds = left.split(), right.split()
-        if len(parts) < 5 or len(kinds) < 3:
-            continue
-        if kinds[0] == "cgroup":
-            mounts.append((parts[4], parts[3], set(kinds[2].split(","))))
-        elif kinds[0] == "cgroup2":
-            mounts.append((parts[4], parts[3], {"cgroup2"}))
-    return mounts
-
-
-def _under(mount: str, root: str, path: str) -> str:
-    relative = path[len(root) :] if root != "/" and path.startswith(root) else path
-    return os.path.normpath(f"{mount}/{relative}")
-
-
-def plan_cgroups(name: str, *, proc_cgroup: str | None = None, mountinfo: str | None = None) -> Cgroups | None:
-    """Where the run's cgroups go, nested under this process's own: v1 when memory and pids hierarchies are
-    mounted, else v2 when the parent delegates both controllers; ``None`` when neither is possible. The texts
-    default to this process's ``/proc/self/cgroup`` and ``/proc/self/mountinfo``."""
-    try:
-        own = parse_proc_cgroup(Path("/proc/self/cgroup").read_text() if proc_cgroup is None else proc_cgroup)
-        mounts = parse_cgroup_mounts(Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo)
-    except (OSError, ValueError):
-        return None
-    v1: dict[str, str] = {}
-    for controller in ("memory", "pids"):
-        for mount, root, options in mounts:
-            if controller in options and controller in own:
-                v1[controller] = os.path.join(_under(mount, root, own[controller]), name)
-                break
-    if len(v1) == 2:
-        return Cgroups("v1", (v1["memory"], v1["pids"]))
-    for mount, root, options in mounts:
-        if "cgroup2" in options and "" in own:
-            parent = _under(mount, root, own[""])
-            try:
-                delegated = set(Path(parent, "cgroup.subtree_control").read_text().split())
-            except OSError:
-                return None
-            if {"memory", "pids"} <= delegated:
-                return Cgroups("v2", (os.path.join(parent, name),))
-    return None
-
-
-def create_cgroups(cgroups: Cgroups, *, memory_bytes: int, pids: int) -> None:
-    """Create the run's cgroups with their limits (swap included); on any failure, nothing is left behind."""
-    if cgroups.version == "v1":
-        files = [
-            (cgroups.paths[0], "memory.limit_in_bytes", memory_bytes, True),
-            (cgroups.paths[0], "memory.memsw.limit_in_bytes", memory_bytes, False),
-            (cgroups.paths[1], "pids.max", pids, True),
-        ]
-    else:
-        files = [
-            (cgroups.paths[0], "memory.max", memory_bytes, True),
-            (cgroups.paths[0], "memory.swap.max", 0, False),
-            (cgroups.paths[0], "pids.max", pids, True),
-        ]
-    try:
-        for path in cgroups.paths:
-            os.mkdir(path, 0o755)
-        for path, name, value, required in files:
-            target = Path(path, name)
-            if required or target.exists():
-                target.write_text(f"{value}\n")
-    except OSError:
-        cgroups.remove()
-        raise
-
-
 # --- the plan --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Bind:
-    """A host path bound into the sandbox at ``dest``: read-only unless ``writable`` (a task home)."""
+    """A host path bound into the sandbox at ``dest``: read-only unless ``writable`` (a task home).
+
+    A pinned bind (a template's content) has an ``anchor`` (the pod directory): ``source`` is then relative to it
+    and must still be the file ``claw up`` pinned, ``device`` and ``inode`` (see :func:`open_pinned`)."""
 
     source: str
     dest: str
     writable: bool = False
+    anchor: str | None = None
+    device: int = 0
+    inode: int = 0
+
+
+CONTENT_CHANGED: Final = "content_changed"
+"""The spawn refusal for a content source that is not what ``claw up`` pinned (a link, another file)."""
+
+
+def open_pinned(anchor: str, relative: str, device: int, inode: int) -> int:
+    """An ``O_PATH`` descriptor (close-on-exec) of ``anchor/relative``, opened one component at a time without
+    following any link below ``anchor``, if it is still the file of ``device`` and ``inode``. Raises
+    :class:`MonitorError` (:data:`CONTENT_CHANGED`) otherwise; the message names no path."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    changed = MonitorError(CONTENT_CHANGED, "a content source is not what claw up pinned; run claw up again")
+    if ".." in parts:
+        raise changed
+    try:
+        fd = os.open(anchor, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise changed from None
+    try:
+        for part in parts:
+            following = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = following
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise changed
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (device, inode):
+            raise changed
+    except OSError:
+        os.close(fd)
+        raise changed from None
+    except MonitorError:
+        os.close(fd)
+        raise
+    return fd
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,17 +357,24 @@ def staged_sources(count: int) -> list[str]:
     return [f"{_STAGE_DIR}/{index}" for index in range(count)]
 
 
-def stage_binds(sources: Sequence[str], writable: Sequence[bool] = ()) -> None:
+def stage_binds(sources: Sequence[str], writable: Sequence[bool] = (), pins: Sequence[Bind | None] = ()) -> None:
     """Make ``sources`` reachable for the unprivileged sandbox user without changing the host: in a private
     mount namespace, open each while still root, cover :data:`_STAGE_DIR` with a small tmpfs and bind each
     source (read-only, unless ``writable`` says otherwise for it) at :func:`staged_sources`. The host's mount
-    table never sees any of it."""
+    table never sees any of it. A source whose entry in ``pins`` is a pinned :class:`Bind` is opened with
+    :func:`open_pinned` instead, so that the descriptor checked is the one bound."""
     writable = list(writable) or [False] * len(sources)
+    pinned = list(pins) or [None] * len(sources)
     libc = _libc()
     _check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
     # Opened in the new namespace (a bind's source must be in it) and before anything is covered.
-    fds = [os.open(source, os.O_PATH | os.O_CLOEXEC) for source in sources]
+    fds = [
+        os.open(source, os.O_PATH | os.O_CLOEXEC)
+        if pin is None or pin.anchor is None
+        else open_pinned(pin.anchor, pin.source, pin.device, pin.inode)
+        for source, pin in zip(sources, pinned, strict=True)
+    ]
     _check(
         libc.mount(b"claw-stage", _STAGE_DIR.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755,size=64k"),
         "mount stage",
@@ -489,14 +400,52 @@ def drop_privileges(uid: int) -> None:
 # --- records ---------------------------------------------------------------------------------------------------
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A record written atomically by this module, or ``None`` when it is not there."""
+MAX_RECORD_BYTES: Final = 64 * 1024
+"""The largest record :func:`read_json` reads: a monitor's record, an exit record, a meter's measure."""
+
+
+class RecordInvalid(ValueError):
+    """A record that is not a regular file with one link, of at most :data:`MAX_RECORD_BYTES`, holding a JSON
+    object: a link, a FIFO, a socket, a directory or a larger file in its place (a meter's output directory is
+    writable by the meter, so its measure is read as if hostile)."""
+
+
+def read_json(path: Path, *, max_bytes: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+    """A record (written atomically by this module or a meter), or ``None`` when it is not there.
+
+    Read the way a file someone else may have written must be: opened without following a link, without blocking
+    on a FIFO, and its type, size and bytes taken from that one descriptor. Raises :class:`RecordInvalid` for
+    anything but a bounded regular file holding a JSON object, ``OSError`` when it could not be read."""
     try:
-        data = json.loads(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a link, a socket
+            raise RecordInvalid(f"{path.name} is not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise RecordInvalid(f"{path.name} is not a regular file")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, _READ_CHUNK))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:
+        raise RecordInvalid(f"{path.name} is larger than {max_bytes} bytes")
+    try:
+        data = json.loads(b"".join(chunks))
+    except ValueError:
+        raise RecordInvalid(f"{path.name} is not JSON") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path.name} is not a JSON object")
+        raise RecordInvalid(f"{path.name} is not a JSON object")
     return data
 
 
@@ -577,8 +526,7 @@ class Monitor:
         self.plan, self.task, self.config = plan, task, config
         self.run_dir = Path(plan.run_dir)
         self.me = ProcessId.of(os.getpid())
-        self.cgroups: Cgroups | None = None
-        self.limits: Limits = "rlimit"
+        self.containment: Containment | None = None
         self.record: dict[str, Any] = {}
         self.stopped: list[int] = []
         self._wake_r, wake_w = os.pipe()
@@ -593,23 +541,23 @@ class Monitor:
 
     def prepare(self) -> None:
         """Cgroups first, then the monitor record: once the record exists, ``remove`` can find everything."""
-        if self.plan.use_cgroups:
-            planned = plan_cgroups(self.plan.cgroup_name)
-            if planned is not None:
-                try:
-                    create_cgroups(planned, memory_bytes=self.plan.memory_bytes, pids=self.plan.pids)
-                    self.cgroups, self.limits = planned, planned.limits
-                except OSError:
-                    self.cgroups = None
+        containment = self.containment = Containment.create(
+            self.plan.cgroup_name,
+            memory_bytes=self.plan.memory_bytes,
+            pids=self.plan.pids,
+            sandbox_uid=self.plan.sandbox_uid,
+            use_cgroups=self.plan.use_cgroups and bool(self.plan.cgroup_name),
+        )
         assert self.me is not None
         self.record = {
             "version": 1,
             "labels": self.plan.labels,
             "isolation": self.plan.isolation,
-            "limits": self.limits,
+            "limits": containment.limits,
+            "enforcement": containment.enforcement.to_json(),
             "uid": self.plan.sandbox_uid if self.plan.sandbox_uid is not None else os.geteuid(),
             "monitor": asdict(self.me),
-            "cgroups": None if self.cgroups is None else asdict(self.cgroups),
+            "cgroups": None if containment.cgroups is None else containment.cgroups.to_json(),
             "max_output_bytes": self.plan.max_output_bytes,
             "max_runtime_s": self.plan.max_runtime_s,
             "started_at": _timestamp(),
@@ -621,25 +569,34 @@ class Monitor:
         writable = [bind.writable for bind in self.plan.binds]
         # Runs in the forked child, single-threaded, as root when a uid is to be dropped.
         try:
-            if self.cgroups is not None:
-                self.cgroups.join(os.getpid())
-            if self.cgroups is None:  # cgroups bound memory and processes better; else rlimits do
-                limits = sandbox_spec.ResourceLimits(
-                    address_space_bytes=self.plan.memory_bytes, processes=self.plan.pids
-                )
-            else:
-                limits = sandbox_spec.ResourceLimits()
-            limits.apply()  # core dumps off, in both cases
+            assert self.containment is not None  # prepared first
+            self.containment.join(os.getpid())
+            # Where no cgroup holds a limit, the rlimit that really bounds the sandbox does; core dumps off anyway.
+            sandbox_spec.ResourceLimits(**self.containment.rlimits()).apply()
             if self.plan.isolation == "none":
                 _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
             if stage:
-                stage_binds(stage, writable)
+                stage_binds(stage, writable, self.plan.binds)
             if self.plan.sandbox_uid is not None:
                 drop_privileges(self.plan.sandbox_uid)
         except Exception as exc:
             with contextlib.suppress(OSError):
                 os.write(diagnostics, f"{type(exc).__name__}: {exc}".encode()[:500])
             raise
+
+    def _bind_sources(self) -> list[str]:
+        """Where each bind's source is found. A pinned one (a template's content) is checked here first, so that a
+        link or another file swapped in since ``claw up`` is refused (``content_changed``), not followed; a root
+        monitor's staging opens it once more with the same check in the namespace it binds it from, so what is
+        bound is what was checked. Without staging, bubblewrap resolves the checked path itself."""
+        sources = []
+        for bind in self.plan.binds:
+            if bind.anchor is None:
+                sources.append(bind.source)
+                continue
+            os.close(open_pinned(bind.anchor, bind.source, bind.device, bind.inode))
+            sources.append(bind.source if self.plan.sandbox_uid is not None else os.path.join(bind.anchor, bind.source))
+        return sources
 
     def start(self) -> _Started:
         """Start the worker; return once its runner is exec'd. Raises :class:`MonitorError` otherwise."""
@@ -654,7 +611,7 @@ class Monitor:
             config_fd = os.memfd_create("claw-config", os.MFD_CLOEXEC)
             os.write(config_fd, self.config)
             os.lseek(config_fd, 0, os.SEEK_SET)
-            sources = [bind.source for bind in self.plan.binds]
+            sources = self._bind_sources()
             if self.plan.sandbox_uid is not None:
                 stage, sources = sources, staged_sources(len(sources))
             argv = bwrap_argv(self.plan, sources=sources, config_fd=config_fd, status_fd=status_w, task=self.task)
@@ -765,8 +722,8 @@ class Monitor:
                     os.killpg(started.process.pid, signal.SIGKILL)
                 else:
                     started.process.kill()
-        if self.cgroups is not None:
-            self.cgroups.kill_all()
+        if self.containment is not None:
+            self.containment.kill_all()
 
     def run(self, started: _Started) -> None:
         """Supervise the worker to its end and write the exit record."""
@@ -837,12 +794,8 @@ class Monitor:
 
     def release_cgroups(self) -> None:
         """Remove the run's cgroups once nothing is left in them (bounded: ``remove`` tries again)."""
-        if self.cgroups is None:
-            return
-        deadline = time.monotonic() + _DRAIN_S
-        while not self.cgroups.remove() and time.monotonic() < deadline:
-            self.cgroups.kill_all()
-            time.sleep(_EXEC_POLL_S)
+        if self.containment is not None:
+            self.containment.release(_DRAIN_S)
 
     def abandon(self) -> None:
         """Undo :meth:`prepare` after a failed start: no worker ran, so nothing of it may seem to exist."""
@@ -937,16 +890,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(ready_fd, {"ok": False, "code": "monitor_failed", "message": f"{type(exc).__name__}: {exc}"})
             return 1
     del config
-    _report(ready_fd, {"ok": True, "isolation": plan.isolation, "limits": monitor.limits})
+    assert monitor.containment is not None  # prepared
+    _report(
+        ready_fd,
+        {
+            "ok": True,
+            "isolation": plan.isolation,
+            "limits": monitor.containment.limits,
+            "enforcement": monitor.containment.enforcement.to_json(),
+        },
+    )
     monitor.run(started)
     return 0
 
 
 __all__ = [
+    "CONTENT_CHANGED",
     "EXIT_RECORD",
     "HOST_CONFIG_FILE",
     "LOCK_FILE",
     "LOST_EXIT_CODE",
+    "MAX_RECORD_BYTES",
     "MONITOR_LOG",
     "MONITOR_RECORD",
     "PROXY_SOCKET_NAME",
@@ -967,12 +931,12 @@ __all__ = [
     "Monitor",
     "MonitorError",
     "ProcessId",
+    "RecordInvalid",
     "bwrap_argv",
-    "create_cgroups",
     "drop_privileges",
     "encode_launch",
     "main",
-    "plan_cgroups",
+    "open_pinned",
     "read_json",
     "runner_command",
     "stage_binds",

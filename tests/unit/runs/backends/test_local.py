@@ -351,3 +351,40 @@ def test_no_readiness_report_in_time_is_none() -> None:
     finally:
         os.close(read)
         os.close(write)
+
+
+# --- the isolation field: what holds the limits ----------------------------------------------------------------
+
+
+def test_the_isolation_field_names_what_really_holds_each_limit() -> None:
+    from clawstack.runs.backends.local import enforced_limits
+    from clawstack.sandbox import Enforcement
+
+    assert enforced_limits(Enforcement("cgroup-v1", "cgroup-v1")) == ["memory_limit", "pids_limit"]
+    assert enforced_limits(Enforcement("cgroup-v2", "cgroup-v2")) == ["memory_limit", "pids_limit"]
+    assert enforced_limits(Enforcement("rlimit", "rlimit")) == ["memory_rlimit", "pids_rlimit"]
+    assert enforced_limits(Enforcement("rlimit", None)) == ["memory_rlimit"]
+
+
+def test_without_cgroups_the_report_no_longer_claims_cgroup_limits(tmp_path: Path) -> None:
+    from clawstack.runs.backends import LocalBackend
+
+    report = LocalBackend(tmp_path, use_cgroups=False).isolation_report
+    assert "memory_limit" not in report["enforced"]
+    assert "pids_limit" not in report["enforced"]
+    assert "memory_rlimit" in report["enforced"]
+    # RLIMIT_NPROC holds only under a uid of the workers' own: 65534 under a root supervisor.
+    assert ("pids_rlimit" in report["enforced"]) == (os.geteuid() == 0 and report["mechanism"] == "bubblewrap")
+
+
+def test_with_cgroups_here_the_report_says_so(tmp_path: Path) -> None:
+    from clawstack.runs.backends import LocalBackend
+    from clawstack.sandbox import Containment
+
+    probe = Containment.create("claw-unit-probe", memory_bytes=1 << 28, pids=16, sandbox_uid=None)
+    probe.release()
+    if probe.cgroups is None:
+        pytest.skip("no usable cgroup on this host (the fallback's report is tested above)")
+    enforced = LocalBackend(tmp_path).isolation_report["enforced"]
+    assert {"memory_limit", "pids_limit"} <= set(enforced)
+    assert not {"memory_rlimit", "pids_rlimit"} & set(enforced)

@@ -1,5 +1,6 @@
-"""The monitor's pure parts: bubblewrap's command line, the launch plan, cgroup discovery and creation, process
-identity. The monitor as a process is exercised in ``tests/integration/runs/test_local_backend.py``."""
+"""The monitor's pure parts: bubblewrap's command line, the launch plan, process identity (its cgroups are
+:mod:`clawstack.sandbox.cgroups`'s, tested in ``tests/unit/sandbox/test_cgroups.py``). The monitor as a process is
+exercised in ``tests/integration/runs/test_local_backend.py``."""
 
 from __future__ import annotations
 
@@ -7,25 +8,17 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from clawstack.runs.backends.monitor import (
     PYTHON_FLAGS,
     SANDBOX_CONFIG_FILE,
     SANDBOX_PROXY_DIR,
     Bind,
-    Cgroups,
     LaunchPlan,
     ProcessId,
     bwrap_argv,
-    create_cgroups,
     encode_launch,
-    parse_cgroup_mounts,
-    parse_proc_cgroup,
-    plan_cgroups,
     runner_command,
     staged_sources,
 )
@@ -133,70 +126,6 @@ def test_the_launch_plan_round_trips_through_json() -> None:
     document = json.loads(encode_launch(launch, TASK, CONFIG))
     assert document["task"] == TASK
     assert b"UNIT-SECRET" not in json.dumps(document["plan"]).encode()
-
-
-# --- cgroups ---------------------------------------------------------------------------------------------------
-
-HYBRID_CGROUP = "4:memory:/jobs/7\n8:pids:/\n1:name=systemd:/\n0::/\n"
-HYBRID_MOUNTS = (
-    "30 25 0:26 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
-    "31 25 0:27 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n"
-    "32 25 0:28 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
-    "40 1 8:1 / / rw - ext4 /dev/vda rw\n"
-)
-
-
-def test_proc_cgroup_and_mountinfo_are_parsed() -> None:
-    assert parse_proc_cgroup(HYBRID_CGROUP) == {"memory": "/jobs/7", "pids": "/", "name=systemd": "/", "": "/"}
-    assert parse_cgroup_mounts(HYBRID_MOUNTS) == [
-        ("/sys/fs/cgroup/memory", "/", {"rw", "memory"}),
-        ("/sys/fs/cgroup/pids", "/", {"rw", "pids"}),
-        ("/sys/fs/cgroup/unified", "/", {"cgroup2"}),
-    ]
-
-
-def test_v1_hierarchies_win_and_nest_under_our_own_cgroups() -> None:
-    planned = plan_cgroups("claw-x", proc_cgroup=HYBRID_CGROUP, mountinfo=HYBRID_MOUNTS)
-    assert planned == Cgroups("v1", ("/sys/fs/cgroup/memory/jobs/7/claw-x", "/sys/fs/cgroup/pids/claw-x"))
-    assert planned.limits == "cgroup-v1"
-
-
-def test_v2_needs_both_controllers_delegated(tmp_path: Path) -> None:
-    (tmp_path / "svc").mkdir()
-    mounts = f"30 25 0:26 / {tmp_path} rw - cgroup2 cgroup2 rw\n"
-    (tmp_path / "svc" / "cgroup.subtree_control").write_text("cpu memory pids\n")
-    planned = plan_cgroups("claw-x", proc_cgroup="0::/svc\n", mountinfo=mounts)
-    assert planned == Cgroups("v2", (str(tmp_path / "svc" / "claw-x"),))
-    (tmp_path / "svc" / "cgroup.subtree_control").write_text("cpu memory\n")
-    assert plan_cgroups("claw-x", proc_cgroup="0::/svc\n", mountinfo=mounts) is None
-
-
-def test_no_cgroup_file_system_means_no_cgroups() -> None:
-    assert plan_cgroups("claw-x", proc_cgroup="0::/\n", mountinfo="40 1 8:1 / / rw - ext4 /dev/vda rw\n") is None
-    assert plan_cgroups("claw-x", proc_cgroup="garbage", mountinfo="") is None
-
-
-def test_creating_cgroups_writes_the_limits(tmp_path: Path) -> None:
-    cgroups = Cgroups("v2", (str(tmp_path / "claw-x"),))
-    create_cgroups(cgroups, memory_bytes=1 << 27, pids=16)
-    assert (tmp_path / "claw-x" / "memory.max").read_text() == f"{1 << 27}\n"
-    assert (tmp_path / "claw-x" / "pids.max").read_text() == "16\n"
-    assert not (tmp_path / "claw-x" / "memory.swap.max").exists()  # only where the kernel offers it
-
-
-def test_a_failed_creation_leaves_nothing(tmp_path: Path) -> None:
-    cgroups = Cgroups("v1", (str(tmp_path / "claw-x"), str(tmp_path / "missing" / "claw-x")))
-    with pytest.raises(FileNotFoundError):
-        create_cgroups(cgroups, memory_bytes=1 << 27, pids=16)
-    assert not (tmp_path / "claw-x").exists()
-
-
-def test_cgroups_round_trip_and_refuse_unknown_versions() -> None:
-    cgroups = Cgroups("v1", ("/a", "/b"))
-    assert Cgroups.from_json({"version": "v1", "paths": ["/a", "/b"]}) == cgroups
-    assert Cgroups.from_json(None) is None
-    with pytest.raises(ValueError, match="version"):
-        Cgroups.from_json({"version": "v3", "paths": []})
 
 
 # --- process identity ------------------------------------------------------------------------------------------

@@ -328,18 +328,41 @@ class RunDriver:
         ident = record.run_agent_id or identity_id(record)
         if record.run_agent_id is None:
             self.sup.save(record, run_agent_id=ident)  # the id is fenced even though no identity was created
+        if record.home is not None:
+            await self._usage_before_revocation(record, ident)
         await self.sup.proxy.revoke(ident)
         usage = await self.sup.proxy.usage(ident) if record.home is not None else None
         if usage is not None:  # a task-home run reports which credential classes served it
+            # A proxy restarted since the worker was gone lost nothing: the counts it persisted are the ones one
+            # process saw whole before, so they stay complete.
+            counted = record.served_by_complete is True and (record.served_by, record.last_plan_failure) == (
+                usage.served_by,
+                usage.last_plan_failure,
+            )
             self.sup.save(
                 record,
                 served_by=usage.served_by,
-                served_by_complete=usage.complete,
+                served_by_complete=usage.complete or counted,
                 last_plan_failure=usage.last_plan_failure,
             )
         self.sup.save(record, state="revoked", revoked=True, revocation_proof="cllama_ack", pending=None)
         self.sup.files.forget_identity_secret(record)
         return True
+
+    async def _usage_before_revocation(self, record: RunRecord, ident: str) -> None:
+        """Keep the proxy's counts as they stand once the worker is gone, when one process counted the whole run:
+        no call can come any more, so a proxy restarted during the revocation cannot make them less than whole."""
+        try:
+            usage = await self.sup.proxy.usage(ident)
+        except ClawError:
+            return  # the count after the revocation still decides
+        if usage is not None and usage.complete:
+            self.sup.save(
+                record,
+                served_by=usage.served_by,
+                served_by_complete=True,
+                last_plan_failure=usage.last_plan_failure,
+            )
 
     def _finish(self, record: RunRecord) -> bool:
         succeeded = record.failure is None and (record.cancelled or record.result_bytes is not None)

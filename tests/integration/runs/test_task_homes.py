@@ -337,6 +337,28 @@ async def test_served_by_is_incomplete_when_the_proxy_restarted_during_the_run(s
     assert (await stack.call("GET", "/v1/runs/acme/p1/result")).body == b"across a restart"
 
 
+async def test_served_by_stays_complete_when_the_proxy_restarts_during_the_revocation(
+    stack: RunsStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = stack.supervisor.proxy
+    revoke = proxy.revoke
+    restarted: list[str] = []
+
+    async def restart_then_revoke(identity_id: str) -> Any:
+        if not restarted:  # after the run's last call: the worker is gone
+            restarted.append(identity_id)
+            await restart_proxy(stack)
+        return await revoke(identity_id)
+
+    monkeypatch.setattr(proxy, "revoke", restart_then_revoke)
+    await stack.call("POST", "/v1/runs", home_launch(stack, "p2", "@fake reply: counted", home="restart2"))
+    done = await finished(stack, "p2")
+    assert restarted
+    assert done["state"] == "stopped", {k: done[k] for k in ("state", "failure", "exit_code")}
+    assert done["served_by"] == {"api_key": 1}
+    assert done["served_by_complete"] is True  # the restart came after the last call: nothing was lost
+
+
 async def test_a_stateless_run_reports_no_served_by(stack: RunsStack) -> None:
     await stack.call("POST", "/v1/runs", stack.launch_body("s1"))
     stateless = (await stack.call("GET", "/v1/runs/acme/s1?wait=stopped&timeout=60s")).json()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +62,19 @@ WAIT_STATES: Final = ("running", "revoked", "stopped", "failed")
 
 class StartupError(RunsError):
     """The supervisor refuses to serve (self-test failed, orphaned workers, unsafe socket directory)."""
+
+
+def check_task_homes_runnable(backend: str, euid: int, templates: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse to serve compose task homes without root: each run's network guard and the hand-over of its home and
+    its meter's output directory to uid 65534 need root, and without them no task-home run could work."""
+    homes = sorted(str(t.get("name")) for t in templates if t.get("profile") == "task_home")
+    if backend == "compose" and euid != 0 and homes:
+        raise StartupError(
+            "internal_error",
+            f"the pod's task-home templates ({', '.join(homes[:5])}) need a supervisor running as root under the "
+            "compose backend (each run's network guard, and its home and meter handed to uid 65534); start "
+            "claw runs serve as root, or remove the task-home templates",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,7 @@ class Supervisor:
                 self.pod_name = read_pod_manifest(self.paths)["pod"]
             except PodError as exc:
                 raise StartupError("internal_error", exc.message) from exc
+            check_task_homes_runnable(self.backend.name, os.geteuid(), list_templates(self.paths)["templates"])
             self.ledger.open()
             try:
                 await self.proxy.self_test()
@@ -485,4 +499,4 @@ class Supervisor:
         return Answer(200, {"runs": [self.status(record) for record in page], "next_cursor": cursor})
 
 
-__all__ = ["Answer", "StartupError", "Supervisor"]
+__all__ = ["Answer", "StartupError", "Supervisor", "check_task_homes_runnable"]

@@ -49,10 +49,11 @@ def running_proxy(pod: str, config_digest: str) -> str | None:
     return result
 
 
-def leftover(pod: str, *, workers_only: bool = False) -> list[str]:
-    """Names of the pod's containers (its project's, its proxy's, its run workers'), or only its run workers."""
-    filters = [[f"claw.pod={pod}", "claw.role=worker"]]
-    if not workers_only:
+def leftover(pod: str, *, runs_only: bool = False) -> list[str]:
+    """Names of the pod's containers (its project's, its proxy's, its runs'), or only its runs' containers: every
+    container that carries a run's labels (a worker, and a task-home run's forwarder and meter)."""
+    filters = [[f"claw.pod={pod}", "claw.role=worker"], [f"claw.pod={pod}", "claw.run_id"]]
+    if not runs_only:
         filters += [[f"com.docker.compose.project={pod}"], [f"claw.pod={pod}", "claw.role=proxy"]]
 
     def read(client: docker.DockerClient) -> list[str]:

@@ -274,11 +274,11 @@ def down(
 
 def _down_compose(paths: PodPaths, lock: PodLock, compose_runner: ComposeRunner) -> bool:
     pod = _pod_name(paths)
-    workers = leftover(pod, workers_only=True)
+    workers = leftover(pod, runs_only=True)
     if workers:
         raise BackendError(
-            f"run workers remain after cancelling the pod's runs: {', '.join(workers)}; their runs stay unfinished "
-            "for recovery (claw runs doctor lists them)",
+            f"run containers remain after cancelling the pod's runs: {', '.join(workers)}; their runs stay "
+            "unfinished for recovery (claw runs doctor lists them)",
             code="teardown_failed",
         )
     existed = bool(leftover(pod))

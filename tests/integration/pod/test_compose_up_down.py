@@ -214,7 +214,16 @@ def test_up_and_down_refuse_while_the_lock_is_held(pod: Path) -> None:
     assert not paths.compose_file.exists()
 
 
-def test_down_refuses_to_leave_a_run_worker_behind(pod: Path) -> None:
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"claw.role": "worker"},
+        {"claw.role": "forwarder", "claw.installation": "acme", "claw.run_id": "h1"},  # a task-home run's
+        {"claw.role": "meter", "claw.installation": "acme", "claw.run_id": "h1"},
+    ],
+    ids=["worker", "forwarder", "meter"],
+)
+def test_down_refuses_to_leave_a_run_container_behind(pod: Path, labels: dict[str, str]) -> None:
     result = up(pod, environ={})
     name = result.compiled.spec.name
     network = runs_network(name)
@@ -223,7 +232,7 @@ def test_down_refuses_to_leave_a_run_worker_behind(pod: Path) -> None:
         worker = client.containers.run(
             WORKER_IMAGE,
             entrypoint=["python3", "-c", "import time; time.sleep(600)"],
-            labels={"claw.pod": name, "claw.role": "worker"},
+            labels={"claw.pod": name, **labels},
             network=network.name,
             name=f"{name}-stray-worker",
             detach=True,

@@ -80,7 +80,16 @@ _STATUS: Final[dict[str, t.TaskStatus]] = {
     "cancelled": "cancelled",
 }
 _CALLER_FAULTS: Final = frozenset(
-    {"invalid_arguments", "unknown_tool", "agent_not_found", "session_mismatch", "session_busy", "task_terminal"}
+    {
+        "invalid_arguments",
+        "unknown_tool",
+        "agent_not_found",
+        "agent_mismatch",
+        "session_not_found",
+        "session_mismatch",
+        "session_busy",
+        "task_terminal",
+    }
 )
 _NOT_FOUND: Final = frozenset({"job_not_found", "task_not_found"})
 _CURSOR_RE: Final = re.compile(r"(0|[1-9][0-9]{0,15}):(job_[A-Za-z0-9_-]{1,128})")

@@ -268,9 +268,14 @@ async def test_a_task_augmented_call_of_another_tool_is_method_not_found(service
 async def test_a_refused_run_task_is_a_json_rpc_error_and_stores_nothing(service: ConnectService) -> None:
     async with in_memory(service) as (client, _):
         busy = await create(client, {"task": SLOW, "sessionKey": "shared"})
+        theirs = "agent:main:channel:clawconnect:theirs@public"
+        service.store.create(
+            Job("job_x", "task_x", "run_x", "house", "main", theirs, 1, 1, status="completed", caller="public")
+        )
         count = service.store.count()
         for arguments, code in (
             ({}, "invalid_arguments"),
+            ({"task": "x", "sessionKey": theirs}, "session_not_found"),  # another caller's session
             ({"task": 5}, "invalid_arguments"),
             ({"task": "x", "agent": "nobody"}, "agent_not_found"),
             ({"task": "x", "sessionKey": "bad key"}, "invalid_arguments"),

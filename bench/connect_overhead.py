@@ -108,8 +108,11 @@ async def direct_runs(url: str, runs: int) -> list[float]:
 
 
 @asynccontextmanager
-async def connect_session(url: str, data_dir: Path) -> AsyncIterator[ClientSession]:
+async def connect_session(url: str, data_dir: Path, source: Path | None = None) -> AsyncIterator[ClientSession]:
+    """``claw connect mcp`` over stdio, served from ``source``'s ``src`` when given (else this tree's)."""
     env = {"HOME": str(data_dir), "OPENCLAW_URL": url, "OPENCLAW_PASSWORD": PASSWORD}
+    if source is not None:
+        env["PYTHONPATH"] = str(source / "src")
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "clawstack", "connect", "mcp", "--data-dir", str(data_dir), "--log-level", "warning"],

@@ -12,43 +12,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from connect_overhead import PASSWORD, call, direct_runs, gateway
+from connect_overhead import call, connect_session, direct_runs, gateway
 from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from clawstack.connect.jobs import Job, JobStore
 
 TASK = "@fake reply: pong"
 CALLERS = ("user:Alice", "user:Bob", "public")
-
-
-@asynccontextmanager
-async def connect_session(url: str, data_dir: Path, source: Path | None) -> AsyncIterator[ClientSession]:
-    """``claw connect mcp`` over stdio, from ``source``'s ``src`` when given (else this tree's)."""
-    env = {"HOME": str(data_dir), "OPENCLAW_URL": url, "OPENCLAW_PASSWORD": PASSWORD}
-    if source is not None:
-        env["PYTHONPATH"] = str(source / "src")
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "clawstack", "connect", "mcp", "--data-dir", str(data_dir), "--log-level", "warning"],
-        env=env,
-    )
-    with open(os.devnull, "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
 
 
 async def task_runs(url: str, data_dir: Path, runs: int, source: Path | None, label: str) -> dict[str, float]:

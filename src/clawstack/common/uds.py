@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
-import httpcore
 import httpx
 from aiohttp import web
 from aiohttp.connector import Connection
@@ -339,31 +338,8 @@ class _PeerCheckedUnixConnector(aiohttp.UnixConnector):
             return connection
 
 
-class _PeerCheckedBackend(httpcore.SyncBackend):
-    """httpcore's network backend, checking the server's peer UID on each new connection before it is handed
-    to the pool: no byte of a request (nor its credential) is written to a server that is not who it must be."""
-
-    def __init__(self, server_uid: int) -> None:
-        self._server_uid = server_uid
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        stream = super().connect_unix_socket(path, timeout, socket_options)
-        try:
-            _check_server_peer(stream.get_extra_info("socket"), self._server_uid)
-        except PeerCredentialError:
-            stream.close()
-            raise
-        return stream
-
-
 class UnixSocketTransport(httpx.BaseTransport):
-    """An :mod:`httpx` transport to a Unix-socket server whose directory and peer UID are verified, the UID on
-    every connection before the first request is written on it.
+    """An :mod:`httpx` transport to a Unix-socket server whose directory and peer UID are verified.
 
     Use with ``httpx.Client(transport=UnixSocketTransport(path), base_url="http://claw")``.
     """
@@ -372,10 +348,6 @@ class UnixSocketTransport(httpx.BaseTransport):
         self.path = Path(path)
         self.server_uid = os.geteuid() if server_uid is None else server_uid
         self._inner = httpx.HTTPTransport(uds=str(self.path))
-        # httpx takes no network backend; its pool is replaced by the same pool on a peer-checking backend.
-        self._inner._pool = httpcore.ConnectionPool(
-            uds=str(self.path), network_backend=_PeerCheckedBackend(self.server_uid)
-        )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         verify_socket(self.path, server_uid=self.server_uid)

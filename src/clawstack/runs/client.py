@@ -1,8 +1,7 @@
 """The client library of the supervisor's API: :class:`RunsClient` (synchronous, on httpx; the ``claw runs``
 commands use it) and :class:`AsyncRunsClient` (asyncio, on aiohttp), with the same methods.
 
-Every call verifies the socket directory and the server's peer UID (:mod:`clawstack.common.uds`), the UID before
-any byte of a request is sent. Every ``installation``, ``run_id``, ``home`` and deliverable name is checked against
+Every call verifies the socket directory and the server's peer UID (:mod:`clawstack.common.uds`). Every ``installation``, ``run_id``, ``home`` and deliverable name is checked against
 the server's own patterns before a path is built from it: one outside them is refused here, ``request_invalid``,
 and nothing is sent. Refusals come back as :class:`~clawstack.runs.errors.RunsError` with the server's code.
 """

@@ -26,7 +26,9 @@ PIDS = 32
 MEMORY_MB = 128
 EXEC_TIMEOUT_S = 20  # the call's own limit: a bomb must end well before it
 BOMB_DEADLINE_S = 15.0
-FORK_BOMB = "bomb() { bomb | bomb & }; bomb"
+# The command waits for its bomb: a command that returned at once would end its sandbox, bomb and all, before the
+# bomb could reach the limit.
+FORK_BOMB = "bomb() { bomb | bomb & }; bomb; wait"
 FORK_LOOP = "python3 -c 'import os\nwhile True:\n    try: os.fork()\n    except OSError: pass'"
 # Four processes of 100 MiB each, together over the 128 MiB limit; each alone would fit.
 MEMORY_HOG = "for i in 1 2 3 4; do python3 -c 'import time; b = bytearray(100 << 20); time.sleep(30)' & done; wait"
